@@ -1,0 +1,288 @@
+"""Settings, read once from the environment.
+
+Every value comes through one of the ``env_*`` helpers below, which raise
+``ImproperlyConfigured`` with the variable's name and what is allowed when a value is
+malformed, so a typo stops the process at start instead of misbehaving later.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+from pathlib import Path
+
+import dj_database_url
+from django.core.exceptions import ImproperlyConfigured
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+
+
+def env_str(name: str, default: str) -> str:
+    return os.environ.get(name, default)
+
+
+def env_bool(name: str, default: bool) -> bool:
+    raw = os.environ.get(name)
+    if raw is None or raw == "":
+        return default
+    value = raw.strip().lower()
+    if value in {"1", "true", "yes", "on"}:
+        return True
+    if value in {"0", "false", "no", "off"}:
+        return False
+    raise ImproperlyConfigured(f"{name}={raw!r} is not a boolean; use true or false.")
+
+
+def env_int(name: str, default: int, *, minimum: int | None = None) -> int:
+    raw = os.environ.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise ImproperlyConfigured(f"{name}={raw!r} is not a whole number.") from None
+    if minimum is not None and value < minimum:
+        raise ImproperlyConfigured(f"{name}={value} is too small; it must be at least {minimum}.")
+    return value
+
+
+def env_float(name: str, default: float, *, minimum: float | None = None) -> float:
+    raw = os.environ.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        raise ImproperlyConfigured(f"{name}={raw!r} is not a number.") from None
+    if minimum is not None and value < minimum:
+        raise ImproperlyConfigured(f"{name}={value} is too small; it must be at least {minimum}.")
+    return value
+
+
+def env_list(name: str, default: list[str]) -> list[str]:
+    raw = os.environ.get(name)
+    if raw is None:
+        return default
+    return [item.strip() for item in raw.split(",") if item.strip()]
+
+
+def env_choice(name: str, default: str, choices: tuple[str, ...]) -> str:
+    value = env_str(name, default)
+    if value not in choices:
+        raise ImproperlyConfigured(f"{name}={value!r} is not one of: {', '.join(choices)}.")
+    return value
+
+
+DEBUG = env_bool("DEBUG", True)
+
+
+def _secret_key() -> str:
+    key = os.environ.get("DJANGO_SECRET_KEY", "")
+    if key:
+        return key
+    if not DEBUG:
+        raise ImproperlyConfigured(
+            "DJANGO_SECRET_KEY is not set and DEBUG is false; set it to a long random string "
+            "(python -c 'import secrets; print(secrets.token_urlsafe(50))')."
+        )
+    # Local default: generate once and keep it in a git-ignored file, so sessions survive
+    # restarts without any secret living in the code.
+    path = BASE_DIR / ".secret_key"
+    if not path.exists():
+        path.write_text(secrets.token_urlsafe(50))
+        path.chmod(0o600)
+    return path.read_text().strip()
+
+
+SECRET_KEY = _secret_key()
+ALLOWED_HOSTS = env_list("DJANGO_ALLOWED_HOSTS", ["localhost", "127.0.0.1", "[::1]"])
+CSRF_TRUSTED_ORIGINS = env_list("DJANGO_CSRF_TRUSTED_ORIGINS", [])
+SESSION_COOKIE_SECURE = env_bool("DJANGO_SECURE_COOKIES", not DEBUG)
+CSRF_COOKIE_SECURE = SESSION_COOKIE_SECURE
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "django_celery_results",
+    "endpoints",
+    "planner",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
+
+ROOT_URLCONF = "cronicorn_site.urls"
+WSGI_APPLICATION = "cronicorn_site.wsgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+# --- Database -------------------------------------------------------------------------
+DATABASE_URL = env_str("DATABASE_URL", f"sqlite:///{BASE_DIR / 'db.sqlite3'}")
+try:
+    _database = dj_database_url.parse(DATABASE_URL, conn_max_age=60)
+except (ValueError, KeyError) as exc:
+    raise ImproperlyConfigured(
+        f"DATABASE_URL={DATABASE_URL!r} is not understood ({exc}); use e.g. "
+        "postgres://user@127.0.0.1:5432/name or sqlite:///path/to/file.sqlite3."
+    ) from None
+if _database["ENGINE"] == "django.db.backends.sqlite3":
+    # One writer at a time: WAL lets readers run beside it, IMMEDIATE takes the write lock
+    # at BEGIN (so the claim cannot deadlock on a lock upgrade), and the busy timeout
+    # makes a second writer wait instead of failing.
+    _database["CONN_MAX_AGE"] = 0
+    _database["OPTIONS"] = {
+        "transaction_mode": "IMMEDIATE",
+        "timeout": 20,
+        "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
+    }
+DATABASES = {"default": _database}
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+]
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = True
+USE_TZ = True
+
+STATIC_URL = "static/"
+STATIC_ROOT = BASE_DIR / "var" / "static"
+
+# --- Celery ---------------------------------------------------------------------------
+CELERY_BROKER_URL = env_str("CELERY_BROKER_URL", "redis://localhost:6379/0")
+CELERY_RESULT_BACKEND = "django-db"
+CELERY_RESULT_EXTENDED = False
+# The Run row is the record of an execution; results are ignored on the hot path.
+CELERY_TASK_IGNORE_RESULT = True
+CELERY_TASK_ACKS_LATE = True
+CELERY_TASK_REJECT_ON_WORKER_LOST = True
+CELERY_WORKER_PREFETCH_MULTIPLIER = env_int("CELERY_WORKER_PREFETCH_MULTIPLIER", 4, minimum=1)
+CELERY_TASK_SERIALIZER = "json"
+CELERY_ACCEPT_CONTENT = ["json"]
+CELERY_TIMEZONE = "UTC"
+CELERY_ENABLE_UTC = True
+CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+# ETAs stay inside the claim horizon (seconds), far below this visibility timeout.
+CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": 3600}
+
+# --- Cronicorn ------------------------------------------------------------------------
+# How often celery beat sends the tick, and how far ahead (ms) a tick claims. The horizon
+# never exceeds the tick: a larger horizon makes short intervals run every tick (trap 1).
+CRONICORN_TICK_SECONDS = env_float("CRONICORN_TICK_SECONDS", 1.0, minimum=0.05)
+CRONICORN_CLAIM_HORIZON_MS = env_int(
+    "CRONICORN_CLAIM_HORIZON_MS", int(CRONICORN_TICK_SECONDS * 1000), minimum=0
+)
+if CRONICORN_CLAIM_HORIZON_MS > CRONICORN_TICK_SECONDS * 1000:
+    raise ImproperlyConfigured(
+        f"CRONICORN_CLAIM_HORIZON_MS={CRONICORN_CLAIM_HORIZON_MS} exceeds the tick "
+        f"({CRONICORN_TICK_SECONDS} s); keep it at or below the tick."
+    )
+CRONICORN_BATCH_SIZE = env_int("CRONICORN_BATCH_SIZE", 1000, minimum=1)
+CRONICORN_LEASE_GRACE_SECONDS = env_int("CRONICORN_LEASE_GRACE_SECONDS", 30, minimum=1)
+CRONICORN_ZOMBIE_THRESHOLD_SECONDS = env_int("CRONICORN_ZOMBIE_THRESHOLD_SECONDS", 0, minimum=0)
+CRONICORN_MAINTENANCE_SECONDS = env_int("CRONICORN_MAINTENANCE_SECONDS", 30, minimum=1)
+CRONICORN_RUN_RETENTION_DAYS = env_int("CRONICORN_RUN_RETENTION_DAYS", 30, minimum=1)
+CRONICORN_RUN_RETENTION_KEEP = env_int("CRONICORN_RUN_RETENTION_KEEP", 100, minimum=1)
+CRONICORN_EXECUTOR_THREADS = env_int("CRONICORN_EXECUTOR_THREADS", 32, minimum=1)
+CRONICORN_SHUTDOWN_TIMEOUT_SECONDS = env_int("CRONICORN_SHUTDOWN_TIMEOUT_SECONDS", 30, minimum=0)
+
+# HTTP executor. Private, loopback and link-local targets are refused unless allowed;
+# allowed by default only in DEBUG (the local quick start), so demos on localhost work.
+CRONICORN_ALLOW_PRIVATE_ADDRESSES = env_bool("CRONICORN_ALLOW_PRIVATE_ADDRESSES", DEBUG)
+CRONICORN_SSRF_ALLOWLIST = env_list("CRONICORN_SSRF_ALLOWLIST", [])
+CRONICORN_MAX_REDIRECTS = env_int("CRONICORN_MAX_REDIRECTS", 5, minimum=0)
+CRONICORN_USER_AGENT = env_str("CRONICORN_USER_AGENT", "Cronicorn-Django/0.1 (+scheduler)")
+
+# Planner.
+CRONICORN_PLANNER_BACKEND = env_choice("CRONICORN_PLANNER_BACKEND", "rules", ("rules", "llm"))
+CRONICORN_PLANNER_SECONDS = env_int("CRONICORN_PLANNER_SECONDS", 60, minimum=1)
+CRONICORN_PLANNER_BATCH_SIZE = env_int("CRONICORN_PLANNER_BATCH_SIZE", 20, minimum=1)
+CRONICORN_LLM_BASE_URL = env_str("CRONICORN_LLM_BASE_URL", "https://api.openai.com/v1")
+CRONICORN_LLM_API_KEY = env_str("CRONICORN_LLM_API_KEY", "")
+CRONICORN_LLM_MODEL = env_str("CRONICORN_LLM_MODEL", "gpt-4o-mini")
+CRONICORN_LLM_TEMPERATURE = env_float("CRONICORN_LLM_TEMPERATURE", 0.2, minimum=0.0)
+CRONICORN_LLM_TIMEOUT_SECONDS = env_float("CRONICORN_LLM_TIMEOUT_SECONDS", 60.0, minimum=1.0)
+CRONICORN_LLM_MAX_TOKENS = env_int("CRONICORN_LLM_MAX_TOKENS", 1500, minimum=1)
+CRONICORN_LLM_MAX_RETRIES = env_int("CRONICORN_LLM_MAX_RETRIES", 2, minimum=0)
+
+# Operations.
+CRONICORN_METRICS_TOKEN = env_str("CRONICORN_METRICS_TOKEN", "")
+CRONICORN_READY_MAX_TICK_AGE_SECONDS = env_int(
+    "CRONICORN_READY_MAX_TICK_AGE_SECONDS", 30, minimum=1
+)
+CRONICORN_LOG_FORMAT = env_choice("CRONICORN_LOG_FORMAT", "text", ("text", "json"))
+CRONICORN_LOG_LEVEL = env_choice(
+    "CRONICORN_LOG_LEVEL", "INFO", ("DEBUG", "INFO", "WARNING", "ERROR")
+)
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {
+        "text": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"},
+        "json": {
+            "()": "pythonjsonlogger.json.JsonFormatter",
+            "fmt": "%(asctime)s %(levelname)s %(name)s %(message)s",
+        },
+    },
+    "handlers": {
+        "console": {"class": "logging.StreamHandler", "formatter": CRONICORN_LOG_FORMAT},
+    },
+    "root": {"handlers": ["console"], "level": "WARNING"},
+    "loggers": {
+        "cronicorn": {"handlers": ["console"], "level": CRONICORN_LOG_LEVEL, "propagate": False},
+    },
+}
+
+# Queues: tick and maintenance are light; execute is I/O-bound (threads or gevent pool);
+# planner may wait on an LLM for a minute.
+CELERY_TASK_ROUTES = {
+    "cronicorn.tick": {"queue": "tick"},
+    "cronicorn.execute": {"queue": "execute"},
+    "cronicorn.sweep_zombies": {"queue": "maintenance"},
+    "cronicorn.prune_runs": {"queue": "maintenance"},
+    "cronicorn.plan_cycle": {"queue": "planner"},
+    "cronicorn.analyze_endpoint": {"queue": "planner"},
+}
+CELERY_BEAT_SCHEDULE = {
+    # A tick that is not taken within its own period is worthless: the next one replaces it.
+    "tick": {
+        "task": "cronicorn.tick",
+        "schedule": CRONICORN_TICK_SECONDS,
+        "options": {"expires": CRONICORN_TICK_SECONDS},
+    },
+    "sweep-zombies": {"task": "cronicorn.sweep_zombies", "schedule": CRONICORN_MAINTENANCE_SECONDS},
+    "prune-runs": {"task": "cronicorn.prune_runs", "schedule": 3600.0},
+    "plan-cycle": {
+        "task": "cronicorn.plan_cycle",
+        "schedule": float(CRONICORN_PLANNER_SECONDS),
+        "options": {"expires": float(CRONICORN_PLANNER_SECONDS)},
+    },
+}

@@ -1,0 +1,475 @@
+"""Tenants, jobs, endpoints, runs and hint history.
+
+Invariants live in named database constraints (``endpoints_<model>_<what>``) and are
+mirrored in ``clean()`` so ``full_clean`` gives a person a message naming the field.
+Durations are milliseconds; times are UTC.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from django.conf import settings
+from django.core.exceptions import ValidationError
+from django.db import models
+from django.db.models import F, Q
+
+from endpoints.schedules import ScheduleError, normalize_cron, validate_timezone
+
+MIN_INTERVAL_MS = 1_000
+MIN_TIMEOUT_MS = 1_000
+MAX_TIMEOUT_MS = 30 * 60 * 1_000
+MAX_RESPONSE_KB = 10_000
+
+
+def _choices_check(field: str, choices: type[models.TextChoices], name: str) -> models.CheckConstraint:
+    return models.CheckConstraint(condition=Q(**{f"{field}__in": choices.values}), name=name)
+
+
+class JobStatus(models.TextChoices):
+    ACTIVE = "active"
+    PAUSED = "paused"
+    ARCHIVED = "archived"
+
+
+class HttpMethod(models.TextChoices):
+    GET = "GET"
+    POST = "POST"
+    PUT = "PUT"
+    PATCH = "PATCH"
+    DELETE = "DELETE"
+
+
+class Source(models.TextChoices):
+    BASELINE_CRON = "baseline-cron"
+    BASELINE_INTERVAL = "baseline-interval"
+    AI_INTERVAL = "ai-interval"
+    AI_ONESHOT = "ai-oneshot"
+    CLAMPED_MIN = "clamped-min"
+    CLAMPED_MAX = "clamped-max"
+    PAUSED = "paused"
+    MANUAL = "manual"
+
+
+class RunTrigger(models.TextChoices):
+    SCHEDULED = "scheduled"
+    MANUAL = "manual"
+    TEST = "test"
+    RETRY = "retry"
+
+
+class RunStatus(models.TextChoices):
+    RUNNING = "running"
+    SUCCESS = "success"
+    FAILURE = "failure"
+    TIMEOUT = "timeout"
+    LOST = "lost"
+
+
+class HintKind(models.TextChoices):
+    INTERVAL = "interval"
+    ONESHOT = "oneshot"
+    PAUSE = "pause"
+    RESUME = "resume"
+    CLEAR = "clear"
+
+
+class Tenant(models.Model):
+    name = models.CharField(max_length=200, unique=True)
+    members = models.ManyToManyField(settings.AUTH_USER_MODEL, related_name="tenants", blank=True)
+    max_endpoints = models.PositiveIntegerField(
+        default=100, help_text="Most endpoints (not archived) this tenant may have."
+    )
+    min_interval_ms = models.PositiveIntegerField(
+        default=MIN_INTERVAL_MS, help_text="Shortest baseline interval allowed, in ms."
+    )
+    monthly_token_budget = models.PositiveIntegerField(
+        default=500_000, help_text="LLM tokens per calendar month; 0 means rules only."
+    )
+    hmac_secret = models.CharField(
+        max_length=200,
+        blank=True,
+        help_text="When set, requests carry X-Cronicorn-Timestamp and X-Cronicorn-Signature "
+        "(HMAC-SHA256 of timestamp + '.' + body).",
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["name"]
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(min_interval_ms__gte=MIN_INTERVAL_MS),
+                name="endpoints_tenant_min_interval_at_least_1s",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class Job(models.Model):
+    Status = JobStatus
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="jobs")
+    name = models.CharField(max_length=200)
+    description = models.TextField(blank=True, help_text="Context for the planner.")
+    status = models.CharField(max_length=16, choices=Status.choices, default=Status.ACTIVE)
+    max_concurrent = models.PositiveIntegerField(
+        null=True,
+        blank=True,
+        help_text="Most runs of this job's endpoints in flight at once (1 = one at a time). "
+        "Excess due endpoints wait; they are never skipped or doubled.",
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["tenant__name", "name"]
+        constraints = [
+            models.UniqueConstraint(fields=["tenant", "name"], name="endpoints_job_unique_name"),
+            _choices_check("status", JobStatus, "endpoints_job_status_valid"),
+            models.CheckConstraint(
+                condition=Q(max_concurrent__isnull=True) | Q(max_concurrent__gte=1),
+                name="endpoints_job_max_concurrent_positive",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class EndpointQuerySet(models.QuerySet["Endpoint"]):
+    def live(self) -> EndpointQuerySet:
+        return self.filter(archived_at__isnull=True)
+
+    def for_user(self, user: Any) -> EndpointQuerySet:
+        if user.is_superuser:
+            return self
+        return self.filter(job__tenant__members=user)
+
+    def by_ref(self, ref: str) -> Endpoint:
+        """Look up ``job/endpoint`` or a numeric id; raises Endpoint.DoesNotExist."""
+        if ref.isdigit():
+            return self.get(pk=int(ref))
+        job_name, sep, name = ref.partition("/")
+        if not sep:
+            raise self.model.DoesNotExist(
+                f"{ref!r} is not an endpoint reference; use job/endpoint or the numeric id."
+            )
+        matches = list(self.filter(job__name=job_name, name=name)[:2])
+        if len(matches) != 1:
+            raise self.model.DoesNotExist(
+                f"No endpoint {ref!r}." if not matches else f"{ref!r} is ambiguous; use the id."
+            )
+        return matches[0]
+
+
+class Endpoint(models.Model):
+    Method = HttpMethod
+
+
+    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="endpoints")
+    name = models.CharField(max_length=200)
+    description = models.TextField(
+        blank=True, help_text="In plain English, what matters about this endpoint; read by the planner."
+    )
+
+    # Request.
+    url = models.URLField(max_length=2000)
+    method = models.CharField(max_length=8, choices=Method.choices, default=Method.GET)
+    headers = models.JSONField(default=dict, blank=True)
+    secret_header_names = models.JSONField(
+        default=list, blank=True, help_text="Header names whose values are masked everywhere."
+    )
+    body = models.JSONField(null=True, blank=True)
+    timeout_ms = models.PositiveIntegerField(default=30_000)
+    max_response_size_kb = models.PositiveIntegerField(default=100)
+
+    # Schedule: exactly one of cron (in ``timezone``) or interval.
+    baseline_cron = models.CharField(max_length=200, blank=True)
+    timezone = models.CharField(max_length=64, default="UTC")
+    baseline_interval_ms = models.BigIntegerField(null=True, blank=True)
+    min_interval_ms = models.BigIntegerField(null=True, blank=True)
+    max_interval_ms = models.BigIntegerField(null=True, blank=True)
+
+    # The one active hint (history in HintHistory); one TTL covers both kinds.
+    ai_hint_interval_ms = models.BigIntegerField(null=True, blank=True)
+    ai_hint_next_run_at = models.DateTimeField(null=True, blank=True)
+    ai_hint_expires_at = models.DateTimeField(null=True, blank=True)
+    ai_hint_reason = models.TextField(blank=True)
+
+    # State.
+    paused_until = models.DateTimeField(null=True, blank=True)
+    pause_reason = models.TextField(blank=True)
+    last_run_at = models.DateTimeField(null=True, blank=True)
+    next_run_at = models.DateTimeField(null=True, blank=True)
+    next_run_source = models.CharField(max_length=32, choices=Source.choices, blank=True)
+    failure_count = models.PositiveIntegerField(default=0)
+    locked_until = models.DateTimeField(null=True, blank=True)
+    claim_token = models.UUIDField(null=True, blank=True)
+    archived_at = models.DateTimeField(null=True, blank=True)
+
+    # Planner bookkeeping.
+    last_analyzed_at = models.DateTimeField(null=True, blank=True)
+    next_analysis_at = models.DateTimeField(null=True, blank=True)
+    analysis_locked_until = models.DateTimeField(null=True, blank=True)
+    analyzed_failure_count = models.PositiveIntegerField(default=0)
+
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    objects = EndpointQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["job__name", "name"]
+        constraints = [
+            models.UniqueConstraint(fields=["job", "name"], name="endpoints_endpoint_unique_name"),
+            _choices_check("method", HttpMethod, "endpoints_endpoint_method_valid"),
+            models.CheckConstraint(
+                condition=Q(next_run_source="") | Q(next_run_source__in=Source.values),
+                name="endpoints_endpoint_source_valid",
+            ),
+            models.CheckConstraint(
+                condition=(Q(baseline_cron="") & Q(baseline_interval_ms__isnull=False))
+                | (~Q(baseline_cron="") & Q(baseline_interval_ms__isnull=True)),
+                name="endpoints_endpoint_exactly_one_schedule",
+            ),
+            models.CheckConstraint(
+                condition=Q(baseline_interval_ms__isnull=True)
+                | Q(baseline_interval_ms__gte=MIN_INTERVAL_MS),
+                name="endpoints_endpoint_interval_at_least_1s",
+            ),
+            models.CheckConstraint(
+                condition=Q(timeout_ms__gte=MIN_TIMEOUT_MS) & Q(timeout_ms__lte=MAX_TIMEOUT_MS),
+                name="endpoints_endpoint_timeout_range",
+            ),
+            models.CheckConstraint(
+                condition=Q(max_response_size_kb__gte=1)
+                & Q(max_response_size_kb__lte=MAX_RESPONSE_KB),
+                name="endpoints_endpoint_response_size_range",
+            ),
+            models.CheckConstraint(
+                condition=Q(min_interval_ms__isnull=True) | Q(min_interval_ms__gte=0),
+                name="endpoints_endpoint_min_interval_not_negative",
+            ),
+            models.CheckConstraint(
+                condition=Q(max_interval_ms__isnull=True) | Q(max_interval_ms__gte=0),
+                name="endpoints_endpoint_max_interval_not_negative",
+            ),
+            # A zero or empty bound means "none", so only two real bounds are compared.
+            models.CheckConstraint(
+                condition=Q(min_interval_ms__isnull=True)
+                | Q(max_interval_ms__isnull=True)
+                | Q(min_interval_ms=0)
+                | Q(max_interval_ms=0)
+                | Q(min_interval_ms__lte=F("max_interval_ms")),
+                name="endpoints_endpoint_min_le_max",
+            ),
+            models.CheckConstraint(
+                condition=Q(ai_hint_interval_ms__isnull=True)
+                | Q(ai_hint_interval_ms__gte=MIN_INTERVAL_MS),
+                name="endpoints_endpoint_hint_interval_at_least_1s",
+            ),
+            models.CheckConstraint(
+                condition=Q(ai_hint_expires_at__isnull=False)
+                | (Q(ai_hint_interval_ms__isnull=True) & Q(ai_hint_next_run_at__isnull=True)),
+                name="endpoints_endpoint_hint_has_expiry",
+            ),
+            models.CheckConstraint(
+                condition=(Q(locked_until__isnull=True) & Q(claim_token__isnull=True))
+                | (Q(locked_until__isnull=False) & Q(claim_token__isnull=False)),
+                name="endpoints_endpoint_lease_complete",
+            ),
+        ]
+        indexes = [
+            # Used by the tick claim (scheduling.claim_due_endpoints): only live endpoints
+            # that are not leased stay in it, so a claimed, in-flight row leaves the index
+            # and the claim costs O(claimed), not O(endpoints).
+            models.Index(
+                fields=["next_run_at"],
+                name="endpoints_endpoint_claimable",
+                condition=Q(archived_at__isnull=True) & Q(claim_token__isnull=True),
+            ),
+            # Used by the zombie sweep / lease recovery: leased rows by lease expiry.
+            models.Index(
+                fields=["locked_until"],
+                name="endpoints_endpoint_leased",
+                condition=Q(claim_token__isnull=False),
+            ),
+            # Used by planner selection.
+            models.Index(
+                fields=["next_analysis_at"],
+                name="endpoints_endpoint_analysis",
+                condition=Q(archived_at__isnull=True),
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.job.name}/{self.name}" if self.job_id else self.name
+
+    @property
+    def ref(self) -> str:
+        return f"{self.job.name}/{self.name}"
+
+    def clean(self) -> None:
+        errors: dict[str, list[str]] = {}
+
+        def add(field: str, message: str) -> None:
+            errors.setdefault(field, []).append(message)
+
+        if self.url and not self.url.lower().startswith(("http://", "https://")):
+            add("url", "Only http:// and https:// URLs can be called.")
+        if not isinstance(self.headers, dict) or not all(
+            isinstance(k, str) and isinstance(v, str) for k, v in self.headers.items()
+        ):
+            add("headers", 'Headers must be an object of names to string values, e.g. {"X-Key": "v"}.')
+        if not isinstance(self.secret_header_names, list) or not all(
+            isinstance(n, str) for n in self.secret_header_names
+        ):
+            add("secret_header_names", 'Secret header names must be a list of strings, e.g. ["Authorization"].')
+        if self.timeout_ms is not None and not MIN_TIMEOUT_MS <= self.timeout_ms <= MAX_TIMEOUT_MS:
+            add("timeout_ms", f"Timeout must be between 1 s and 30 min ({MIN_TIMEOUT_MS}..{MAX_TIMEOUT_MS} ms); got {self.timeout_ms}.")
+        if self.max_response_size_kb is not None and not 1 <= self.max_response_size_kb <= MAX_RESPONSE_KB:
+            add("max_response_size_kb", f"Response size cap must be 1..{MAX_RESPONSE_KB} KB; got {self.max_response_size_kb}.")
+        self._clean_schedule(add)
+        for field in ("min_interval_ms", "max_interval_ms"):
+            value = getattr(self, field)
+            if value is not None and value < 0:
+                add(field, "Bounds cannot be negative; leave empty (or 0) for no bound.")
+        if self.min_interval_ms and self.max_interval_ms and self.min_interval_ms > self.max_interval_ms:
+            add("min_interval_ms", f"The minimum interval ({self.min_interval_ms} ms) is above the maximum ({self.max_interval_ms} ms); lower the minimum or raise the maximum.")
+        if self.ai_hint_interval_ms is not None and self.ai_hint_interval_ms < MIN_INTERVAL_MS:
+            add("ai_hint_interval_ms", "A hinted interval must be at least 1 s (1000 ms).")
+        if (self.ai_hint_interval_ms is not None or self.ai_hint_next_run_at) and not self.ai_hint_expires_at:
+            add("ai_hint_expires_at", "A hint needs an expiry time.")
+        if errors:
+            raise ValidationError(errors)
+
+    def _clean_schedule(self, add: Any) -> None:
+        has_cron = bool(self.baseline_cron and self.baseline_cron.strip())
+        has_interval = self.baseline_interval_ms is not None
+        if has_cron and has_interval:
+            add("baseline_cron", "Give either a cron expression or an interval, not both.")
+        elif not has_cron and not has_interval:
+            add("baseline_interval_ms", "Give a schedule: a cron expression or an interval (e.g. 5m).")
+        if has_cron:
+            try:
+                self.baseline_cron = normalize_cron(self.baseline_cron)
+            except ScheduleError as exc:
+                add("baseline_cron", str(exc))
+        try:
+            validate_timezone(self.timezone)
+        except ScheduleError as exc:
+            add("timezone", str(exc))
+        if has_interval and self.baseline_interval_ms < MIN_INTERVAL_MS:  # type: ignore[operator]
+            add("baseline_interval_ms", f"The interval must be at least 1 s (1000 ms); got {self.baseline_interval_ms} ms.")
+        if has_interval and self.job_id:
+            floor = self.job.tenant.min_interval_ms
+            if self.baseline_interval_ms < floor:  # type: ignore[operator]
+                add("baseline_interval_ms", f"This tenant's plan allows intervals of at least {floor} ms.")
+
+    def is_paused(self, now: datetime) -> bool:
+        return self.paused_until is not None and self.paused_until > now
+
+
+class RunQuerySet(models.QuerySet["Run"]):
+    def for_user(self, user: Any) -> RunQuerySet:
+        if user.is_superuser:
+            return self
+        return self.filter(endpoint__job__tenant__members=user)
+
+    def stale(self, *, now: datetime) -> RunQuerySet:
+        """Runs still marked running whose lease has expired (zombies)."""
+        return self.filter(status=Run.Status.RUNNING, lease_expires_at__lt=now)
+
+
+class Run(models.Model):
+    Trigger = RunTrigger
+
+    Status = RunStatus
+
+    endpoint = models.ForeignKey(Endpoint, on_delete=models.CASCADE, related_name="runs")
+    trigger = models.CharField(max_length=16, choices=Trigger.choices, default=Trigger.SCHEDULED)
+    source = models.CharField(max_length=32, blank=True)
+    scheduled_for = models.DateTimeField()
+    started_at = models.DateTimeField()
+    finished_at = models.DateTimeField(null=True, blank=True)
+    duration_ms = models.PositiveIntegerField(null=True, blank=True)
+    status = models.CharField(max_length=16, choices=Status.choices, default=Status.RUNNING)
+    status_code = models.PositiveSmallIntegerField(null=True, blank=True)
+    request_method = models.CharField(max_length=8, blank=True)
+    request_url = models.CharField(max_length=2000, blank=True)
+    response_body = models.JSONField(null=True, blank=True)
+    response_truncated = models.BooleanField(default=False)
+    response_size_bytes = models.PositiveIntegerField(null=True, blank=True)
+    error = models.TextField(blank=True)
+    attempt = models.PositiveSmallIntegerField(default=1)
+    retry_of = models.ForeignKey(
+        "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="retries"
+    )
+    claim_token = models.UUIDField(null=True, blank=True)
+    lease_expires_at = models.DateTimeField(null=True, blank=True)
+
+    objects = RunQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["-started_at"]
+        constraints = [
+            _choices_check("status", RunStatus, "endpoints_run_status_valid"),
+            _choices_check("trigger", RunTrigger, "endpoints_run_trigger_valid"),
+            # Exactly once per slot: a second scheduled run for the same slot cannot exist.
+            models.UniqueConstraint(
+                fields=["endpoint", "scheduled_for"],
+                condition=Q(trigger="scheduled"),
+                name="endpoints_run_one_per_slot",
+            ),
+            models.CheckConstraint(condition=Q(attempt__gte=1), name="endpoints_run_attempt_positive"),
+        ]
+        indexes = [
+            # Used by run history per endpoint (admin, planner tools, retention).
+            models.Index(fields=["endpoint", "-started_at"], name="endpoints_run_history"),
+            # Used by the zombie sweep: only running rows, by lease expiry.
+            models.Index(
+                fields=["lease_expires_at"],
+                name="endpoints_run_in_flight",
+                condition=Q(status="running"),
+            ),
+            # Used by the dashboard and retention: recent runs across endpoints.
+            models.Index(fields=["started_at"], name="endpoints_run_started"),
+        ]
+
+    def __str__(self) -> str:
+        return f"run {self.pk} of {self.endpoint_id} ({self.status})"
+
+
+class HintHistory(models.Model):
+    Kind = HintKind
+
+    endpoint = models.ForeignKey(Endpoint, on_delete=models.CASCADE, related_name="hint_history")
+    kind = models.CharField(max_length=16, choices=Kind.choices)
+    interval_ms = models.BigIntegerField(null=True, blank=True)
+    next_run_at = models.DateTimeField(null=True, blank=True)
+    paused_until = models.DateTimeField(null=True, blank=True)
+    expires_at = models.DateTimeField(null=True, blank=True)
+    reason = models.TextField(blank=True)
+    created_at = models.DateTimeField()
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL
+    )
+    session = models.ForeignKey(
+        "planner.AnalysisSession",
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="hints",
+    )
+
+    class Meta:
+        ordering = ["-created_at"]
+        verbose_name_plural = "hint history"
+        constraints = [_choices_check("kind", HintKind, "endpoints_hinthistory_kind_valid")]
+        indexes = [models.Index(fields=["endpoint", "-created_at"], name="endpoints_hint_history")]
+
+    def __str__(self) -> str:
+        return f"{self.kind} hint for {self.endpoint_id}"

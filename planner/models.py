@@ -1,0 +1,78 @@
+"""Analysis sessions: one row per planner run on one endpoint, kept even when it fails."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.db import models
+from django.db.models import Q
+
+from endpoints.models import Endpoint
+
+
+class AnalysisSessionQuerySet(models.QuerySet["AnalysisSession"]):
+    def for_user(self, user: Any) -> AnalysisSessionQuerySet:
+        if user.is_superuser:
+            return self
+        return self.filter(endpoint__job__tenant__members=user)
+
+
+class Backend(models.TextChoices):
+    RULES = "rules"
+    LLM = "llm"
+
+
+class SessionStatus(models.TextChoices):
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+
+
+class AnalysisSession(models.Model):
+    Backend = Backend
+    Status = SessionStatus
+
+    endpoint = models.ForeignKey(Endpoint, on_delete=models.CASCADE, related_name="analysis_sessions")
+    backend = models.CharField(max_length=16, choices=Backend.choices)
+    model = models.CharField(max_length=200, blank=True)
+    status = models.CharField(max_length=16, choices=Status.choices, default=Status.RUNNING)
+    started_at = models.DateTimeField()
+    finished_at = models.DateTimeField(null=True, blank=True)
+    duration_ms = models.PositiveIntegerField(null=True, blank=True)
+    tool_calls = models.JSONField(default=list, blank=True)
+    reasoning = models.TextField(blank=True)
+    actions_taken = models.JSONField(default=list, blank=True)
+    confidence = models.FloatField(null=True, blank=True)
+    prompt_tokens = models.PositiveIntegerField(default=0)
+    completion_tokens = models.PositiveIntegerField(default=0)
+    total_tokens = models.PositiveIntegerField(default=0)
+    error = models.TextField(blank=True)
+    note = models.TextField(blank=True, help_text="e.g. why an llm analysis fell back to rules.")
+    failure_count_snapshot = models.PositiveIntegerField(default=0)
+    next_analysis_at = models.DateTimeField(null=True, blank=True)
+
+    objects = AnalysisSessionQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["-started_at"]
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(backend__in=Backend.values), name="planner_analysissession_backend_valid"
+            ),
+            models.CheckConstraint(
+                condition=Q(status__in=SessionStatus.values), name="planner_analysissession_status_valid"
+            ),
+            models.CheckConstraint(
+                condition=Q(confidence__isnull=True) | (Q(confidence__gte=0) & Q(confidence__lte=1)),
+                name="planner_analysissession_confidence_range",
+            ),
+        ]
+        indexes = [
+            # Used by the endpoint page and the planner prompt (last session's summary).
+            models.Index(fields=["endpoint", "-started_at"], name="planner_session_history"),
+            # Used by the dashboard and quota: tokens per tenant this month.
+            models.Index(fields=["started_at"], name="planner_session_started"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.backend} analysis of {self.endpoint_id} at {self.started_at:%Y-%m-%d %H:%M}"
