@@ -23,7 +23,9 @@ MAX_TIMEOUT_MS = 30 * 60 * 1_000
 MAX_RESPONSE_KB = 10_000
 
 
-def _choices_check(field: str, choices: type[models.TextChoices], name: str) -> models.CheckConstraint:
+def _choices_check(
+    field: str, choices: type[models.TextChoices], name: str
+) -> models.CheckConstraint:
     return models.CheckConstraint(condition=Q(**{f"{field}__in": choices.values}), name=name)
 
 
@@ -168,11 +170,11 @@ class EndpointQuerySet(models.QuerySet["Endpoint"]):
 class Endpoint(models.Model):
     Method = HttpMethod
 
-
     job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="endpoints")
     name = models.CharField(max_length=200)
     description = models.TextField(
-        blank=True, help_text="In plain English, what matters about this endpoint; read by the planner."
+        blank=True,
+        help_text="In plain English, what matters about this endpoint; read by the planner.",
     )
 
     # Request.
@@ -323,25 +325,52 @@ class Endpoint(models.Model):
         if not isinstance(self.headers, dict) or not all(
             isinstance(k, str) and isinstance(v, str) for k, v in self.headers.items()
         ):
-            add("headers", 'Headers must be an object of names to string values, e.g. {"X-Key": "v"}.')
+            add(
+                "headers",
+                'Headers must be an object of names to string values, e.g. {"X-Key": "v"}.',
+            )
         if not isinstance(self.secret_header_names, list) or not all(
             isinstance(n, str) for n in self.secret_header_names
         ):
-            add("secret_header_names", 'Secret header names must be a list of strings, e.g. ["Authorization"].')
+            add(
+                "secret_header_names",
+                'Secret header names must be a list of strings, e.g. ["Authorization"].',
+            )
         if self.timeout_ms is not None and not MIN_TIMEOUT_MS <= self.timeout_ms <= MAX_TIMEOUT_MS:
-            add("timeout_ms", f"Timeout must be between 1 s and 30 min ({MIN_TIMEOUT_MS}..{MAX_TIMEOUT_MS} ms); got {self.timeout_ms}.")
-        if self.max_response_size_kb is not None and not 1 <= self.max_response_size_kb <= MAX_RESPONSE_KB:
-            add("max_response_size_kb", f"Response size cap must be 1..{MAX_RESPONSE_KB} KB; got {self.max_response_size_kb}.")
+            add(
+                "timeout_ms",
+                f"Timeout must be between 1 s and 30 min "
+                f"({MIN_TIMEOUT_MS}..{MAX_TIMEOUT_MS} ms); got {self.timeout_ms}.",
+            )
+        if (
+            self.max_response_size_kb is not None
+            and not 1 <= self.max_response_size_kb <= MAX_RESPONSE_KB
+        ):
+            add(
+                "max_response_size_kb",
+                f"Response size cap must be 1..{MAX_RESPONSE_KB} KB; "
+                f"got {self.max_response_size_kb}.",
+            )
         self._clean_schedule(add)
         for field in ("min_interval_ms", "max_interval_ms"):
             value = getattr(self, field)
             if value is not None and value < 0:
                 add(field, "Bounds cannot be negative; leave empty (or 0) for no bound.")
-        if self.min_interval_ms and self.max_interval_ms and self.min_interval_ms > self.max_interval_ms:
-            add("min_interval_ms", f"The minimum interval ({self.min_interval_ms} ms) is above the maximum ({self.max_interval_ms} ms); lower the minimum or raise the maximum.")
+        if (
+            self.min_interval_ms
+            and self.max_interval_ms
+            and self.min_interval_ms > self.max_interval_ms
+        ):
+            add(
+                "min_interval_ms",
+                f"The minimum interval ({self.min_interval_ms} ms) is above the maximum "
+                f"({self.max_interval_ms} ms); lower the minimum or raise the maximum.",
+            )
         if self.ai_hint_interval_ms is not None and self.ai_hint_interval_ms < MIN_INTERVAL_MS:
             add("ai_hint_interval_ms", "A hinted interval must be at least 1 s (1000 ms).")
-        if (self.ai_hint_interval_ms is not None or self.ai_hint_next_run_at) and not self.ai_hint_expires_at:
+        if (
+            self.ai_hint_interval_ms is not None or self.ai_hint_next_run_at
+        ) and not self.ai_hint_expires_at:
             add("ai_hint_expires_at", "A hint needs an expiry time.")
         if errors:
             raise ValidationError(errors)
@@ -352,7 +381,10 @@ class Endpoint(models.Model):
         if has_cron and has_interval:
             add("baseline_cron", "Give either a cron expression or an interval, not both.")
         elif not has_cron and not has_interval:
-            add("baseline_interval_ms", "Give a schedule: a cron expression or an interval (e.g. 5m).")
+            add(
+                "baseline_interval_ms",
+                "Give a schedule: a cron expression or an interval (e.g. 5m).",
+            )
         if has_cron:
             try:
                 self.baseline_cron = normalize_cron(self.baseline_cron)
@@ -363,11 +395,17 @@ class Endpoint(models.Model):
         except ScheduleError as exc:
             add("timezone", str(exc))
         if has_interval and self.baseline_interval_ms < MIN_INTERVAL_MS:  # type: ignore[operator]
-            add("baseline_interval_ms", f"The interval must be at least 1 s (1000 ms); got {self.baseline_interval_ms} ms.")
+            add(
+                "baseline_interval_ms",
+                f"The interval must be at least 1 s (1000 ms); got {self.baseline_interval_ms} ms.",
+            )
         if has_interval and self.job_id:
             floor = self.job.tenant.min_interval_ms
             if self.baseline_interval_ms < floor:  # type: ignore[operator]
-                add("baseline_interval_ms", f"This tenant's plan allows intervals of at least {floor} ms.")
+                add(
+                    "baseline_interval_ms",
+                    f"This tenant's plan allows intervals of at least {floor} ms.",
+                )
 
     def is_paused(self, now: datetime) -> bool:
         return self.paused_until is not None and self.paused_until > now
@@ -424,7 +462,9 @@ class Run(models.Model):
                 condition=Q(trigger="scheduled"),
                 name="endpoints_run_one_per_slot",
             ),
-            models.CheckConstraint(condition=Q(attempt__gte=1), name="endpoints_run_attempt_positive"),
+            models.CheckConstraint(
+                condition=Q(attempt__gte=1), name="endpoints_run_attempt_positive"
+            ),
         ]
         indexes = [
             # Used by run history per endpoint (admin, planner tools, retention).
@@ -473,3 +513,23 @@ class HintHistory(models.Model):
 
     def __str__(self) -> str:
         return f"{self.kind} hint for {self.endpoint_id}"
+
+
+class Heartbeat(models.Model):
+    """The last time each scheduler loop (tick, maintenance, planner) did its work.
+
+    One row per loop name, updated in place; read by health checks and the dashboard.
+    """
+
+    name = models.CharField(max_length=32, unique=True)
+    at = models.DateTimeField()
+    info = models.JSONField(default=dict, blank=True)
+
+    def __str__(self) -> str:
+        return f"{self.name} at {self.at:%Y-%m-%d %H:%M:%S}"
+
+    @classmethod
+    def beat(cls, name: str, *, now: datetime, **info: Any) -> None:
+        updated = cls.objects.filter(name=name).update(at=now, info=info)
+        if not updated:
+            cls.objects.update_or_create(name=name, defaults={"at": now, "info": info})

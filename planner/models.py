@@ -32,7 +32,9 @@ class AnalysisSession(models.Model):
     Backend = Backend
     Status = SessionStatus
 
-    endpoint = models.ForeignKey(Endpoint, on_delete=models.CASCADE, related_name="analysis_sessions")
+    endpoint = models.ForeignKey(
+        Endpoint, on_delete=models.CASCADE, related_name="analysis_sessions"
+    )
     backend = models.CharField(max_length=16, choices=Backend.choices)
     model = models.CharField(max_length=200, blank=True)
     status = models.CharField(max_length=16, choices=Status.choices, default=Status.RUNNING)
@@ -57,13 +59,16 @@ class AnalysisSession(models.Model):
         ordering = ["-started_at"]
         constraints = [
             models.CheckConstraint(
-                condition=Q(backend__in=Backend.values), name="planner_analysissession_backend_valid"
+                condition=Q(backend__in=Backend.values),
+                name="planner_analysissession_backend_valid",
             ),
             models.CheckConstraint(
-                condition=Q(status__in=SessionStatus.values), name="planner_analysissession_status_valid"
+                condition=Q(status__in=SessionStatus.values),
+                name="planner_analysissession_status_valid",
             ),
             models.CheckConstraint(
-                condition=Q(confidence__isnull=True) | (Q(confidence__gte=0) & Q(confidence__lte=1)),
+                condition=Q(confidence__isnull=True)
+                | (Q(confidence__gte=0) & Q(confidence__lte=1)),
                 name="planner_analysissession_confidence_range",
             ),
         ]

@@ -1,0 +1,227 @@
+"""The governor: a pure function from (now, schedule) to the next run time and why.
+
+No ORM, no settings, no clock: ``now`` is passed in and the schedule is a frozen
+dataclass whose fields are named like the Endpoint fields. The rules, in order:
+
+1. Baseline: cron -> next occurrence strictly after ``now`` in the endpoint's time zone
+   (``baseline-cron``); interval -> ``now + interval * 2**min(failure_count, 5)``
+   (``baseline-interval``). Backoff applies to the baseline interval only.
+2. Hints are fresh only while ``ai_hint_expires_at > now`` (strict). Interval hint ->
+   ``now + ai_hint_interval_ms`` (``ai-interval``); one-shot -> ``ai_hint_next_run_at``
+   (``ai-oneshot``).
+3. Choose: both hints -> the earlier (tie -> interval), baseline ignored; interval only ->
+   interval (overrides the baseline either way); one-shot only -> earlier of one-shot
+   and baseline (tie -> baseline); no fresh hint -> baseline.
+4. A one-shot in the past becomes ``now``.
+5. Clamp relative to ``now``: below ``now + min`` -> ``now + min`` (``clamped-min``); then
+   above ``now + max`` -> ``now + max`` (``clamped-max``). Zero or empty means no bound,
+   so with min > max the max wins.
+6. Pause wins: ``paused_until > now`` -> ``(paused_until, "paused")``.
+
+Cron across daylight saving time follows classic cron: a wall time skipped by the
+spring-forward gap runs once at the first valid instant after it (``30 2 * * *`` in
+America/New_York on 2026-03-08 -> 03:00 EDT); a wall time repeated by the fall-back fold
+runs once, at its first occurrence; wildcard and stepped hours follow elapsed time
+(see ``endpoints.schedules``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+from endpoints.schedules import describe_delta, describe_schedule, next_cron_after
+
+MAX_BACKOFF_EXPONENT = 5
+
+BASELINE_CRON = "baseline-cron"
+BASELINE_INTERVAL = "baseline-interval"
+AI_INTERVAL = "ai-interval"
+AI_ONESHOT = "ai-oneshot"
+CLAMPED_MIN = "clamped-min"
+CLAMPED_MAX = "clamped-max"
+PAUSED = "paused"
+
+
+@dataclass(frozen=True)
+class EndpointSchedule:
+    baseline_cron: str = ""
+    timezone: str = "UTC"
+    baseline_interval_ms: int | None = None
+    min_interval_ms: int | None = None
+    max_interval_ms: int | None = None
+    ai_hint_interval_ms: int | None = None
+    ai_hint_next_run_at: datetime | None = None
+    ai_hint_expires_at: datetime | None = None
+    paused_until: datetime | None = None
+    failure_count: int = 0
+
+    @classmethod
+    def from_endpoint(cls, endpoint: Any) -> EndpointSchedule:
+        return cls(
+            baseline_cron=endpoint.baseline_cron or "",
+            timezone=endpoint.timezone or "UTC",
+            baseline_interval_ms=endpoint.baseline_interval_ms,
+            min_interval_ms=endpoint.min_interval_ms,
+            max_interval_ms=endpoint.max_interval_ms,
+            ai_hint_interval_ms=endpoint.ai_hint_interval_ms,
+            ai_hint_next_run_at=endpoint.ai_hint_next_run_at,
+            ai_hint_expires_at=endpoint.ai_hint_expires_at,
+            paused_until=endpoint.paused_until,
+            failure_count=endpoint.failure_count or 0,
+        )
+
+    def hints_fresh(self, now: datetime) -> bool:
+        return self.ai_hint_expires_at is not None and self.ai_hint_expires_at > now
+
+
+@dataclass(frozen=True)
+class Candidate:
+    source: str
+    at: datetime
+
+
+@dataclass(frozen=True)
+class Plan:
+    next_run_at: datetime
+    source: str
+
+
+@dataclass(frozen=True)
+class Decision:
+    """The whole trail behind a Plan, for people (``explain``) and the admin."""
+
+    now: datetime
+    plan: Plan
+    baseline: Candidate
+    hints_fresh: bool
+    candidates: tuple[Candidate, ...]
+    chosen: Candidate
+    steps: tuple[str, ...] = field(default=())
+
+
+def plan_next_run(now: datetime, schedule: EndpointSchedule) -> Plan:
+    return decide(now, schedule).plan
+
+
+def decide(now: datetime, schedule: EndpointSchedule) -> Decision:
+    steps: list[str] = []
+    baseline = _baseline(now, schedule)
+    steps.append(f"baseline: {_when(baseline.at, now)} ({baseline.source})")
+
+    fresh = schedule.hints_fresh(now)
+    candidates = [baseline]
+    interval_hint = oneshot_hint = None
+    if fresh:
+        if schedule.ai_hint_interval_ms is not None:
+            interval_hint = Candidate(AI_INTERVAL, now + _ms(schedule.ai_hint_interval_ms))
+            candidates.append(interval_hint)
+        if schedule.ai_hint_next_run_at is not None:
+            oneshot_hint = Candidate(AI_ONESHOT, schedule.ai_hint_next_run_at)
+            candidates.append(oneshot_hint)
+    elif schedule.ai_hint_expires_at is not None:
+        steps.append("hints expired: ignored")
+
+    chosen = _choose(baseline, interval_hint, oneshot_hint, steps)
+    at, source = chosen.at, chosen.source
+    if at < now:
+        steps.append("the one-shot time has passed: run now")
+        at = now
+    at, source = _clamp(now, at, source, schedule, steps)
+    if schedule.paused_until is not None and schedule.paused_until > now:
+        steps.append(f"paused until {schedule.paused_until.isoformat()}: pause wins")
+        at, source = schedule.paused_until, PAUSED
+    return Decision(
+        now=now,
+        plan=Plan(at, source),
+        baseline=baseline,
+        hints_fresh=fresh,
+        candidates=tuple(candidates),
+        chosen=chosen,
+        steps=tuple(steps),
+    )
+
+
+def _baseline(now: datetime, schedule: EndpointSchedule) -> Candidate:
+    if schedule.baseline_cron:
+        return Candidate(
+            BASELINE_CRON, next_cron_after(schedule.baseline_cron, schedule.timezone, now)
+        )
+    if not schedule.baseline_interval_ms:
+        raise ValueError("The schedule has neither a cron expression nor an interval.")
+    factor = 2 ** min(max(schedule.failure_count, 0), MAX_BACKOFF_EXPONENT)
+    return Candidate(BASELINE_INTERVAL, now + _ms(schedule.baseline_interval_ms * factor))
+
+
+def _choose(
+    baseline: Candidate,
+    interval_hint: Candidate | None,
+    oneshot_hint: Candidate | None,
+    steps: list[str],
+) -> Candidate:
+    if interval_hint and oneshot_hint:
+        chosen = interval_hint if interval_hint.at <= oneshot_hint.at else oneshot_hint
+        steps.append(f"both hints fresh: the earlier wins ({chosen.source}); baseline ignored")
+    elif interval_hint:
+        chosen = interval_hint
+        steps.append("interval hint fresh: it overrides the baseline")
+    elif oneshot_hint:
+        chosen = oneshot_hint if oneshot_hint.at < baseline.at else baseline
+        steps.append(f"one-shot hint fresh: the earlier of it and the baseline ({chosen.source})")
+    else:
+        chosen = baseline
+    return chosen
+
+
+def _clamp(
+    now: datetime, at: datetime, source: str, schedule: EndpointSchedule, steps: list[str]
+) -> tuple[datetime, str]:
+    if schedule.min_interval_ms and at < now + _ms(schedule.min_interval_ms):
+        at, source = now + _ms(schedule.min_interval_ms), CLAMPED_MIN
+        steps.append(f"raised to the minimum interval ({schedule.min_interval_ms} ms)")
+    if schedule.max_interval_ms and at > now + _ms(schedule.max_interval_ms):
+        at, source = now + _ms(schedule.max_interval_ms), CLAMPED_MAX
+        steps.append(f"lowered to the maximum interval ({schedule.max_interval_ms} ms)")
+    return at, source
+
+
+def _ms(value: int) -> timedelta:
+    return timedelta(milliseconds=value)
+
+
+def _when(at: datetime, now: datetime) -> str:
+    return f"{at.isoformat()} ({describe_delta(at - now)})"
+
+
+SOURCE_WORDS = {
+    BASELINE_CRON: "the cron schedule",
+    BASELINE_INTERVAL: "the baseline interval",
+    AI_INTERVAL: "an interval hint",
+    AI_ONESHOT: "a one-shot hint",
+    CLAMPED_MIN: "the minimum interval",
+    CLAMPED_MAX: "the maximum interval",
+    PAUSED: "a pause",
+    "manual": "a manual run request",
+}
+
+
+def explain_plan(now: datetime, schedule: EndpointSchedule) -> str:
+    """One paragraph a person can read: when the next run is and why."""
+    decision = decide(now, schedule)
+    plan = decision.plan
+    base = describe_schedule(
+        baseline_cron=schedule.baseline_cron,
+        timezone=schedule.timezone,
+        baseline_interval_ms=schedule.baseline_interval_ms,
+    )
+    head = (
+        f"Next run {describe_delta(plan.next_run_at - now)} at "
+        f"{plan.next_run_at.isoformat()}, set by {SOURCE_WORDS[plan.source]}."
+    )
+    detail = f" Baseline: {base}"
+    if schedule.baseline_interval_ms and schedule.failure_count and not schedule.baseline_cron:
+        factor = 2 ** min(schedule.failure_count, MAX_BACKOFF_EXPONENT)
+        detail += f", backed off x{factor} after {schedule.failure_count} failure(s)"
+    reasons = "; ".join(decision.steps[1:])
+    return f"{head}{detail}." + (f" Then: {reasons}." if reasons else "")
