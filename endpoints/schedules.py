@@ -50,10 +50,12 @@ def parse_interval(text: str | int) -> int:
         if match.start() != pos:
             break
         number, unit = match.groups()
-        if not unit:
+        if not unit and match.end() == len(compact):
             raise ScheduleError(
                 f"{raw!r}: {number} has no unit; use s, m, h or d (or plain milliseconds)."
             )
+        if not unit:  # e.g. the "1" of "1.5h": fall through to the general message
+            break
         if unit.lower() not in UNIT_MS:
             raise ScheduleError(f"{raw!r}: unknown unit {unit!r}; use s, m, h or d.")
         total += int(number) * UNIT_MS[unit.lower()]
@@ -125,9 +127,14 @@ def normalize_cron(expr: str) -> str:
 def next_cron_after(expr: str, tz_name: str, now: datetime) -> datetime:
     """The first occurrence of ``expr`` in ``tz_name`` strictly after ``now``, in UTC."""
     zone = ZoneInfo(tz_name)
-    local = now.astimezone(zone)
-    occurrence: datetime = next(CronSim(normalize_cron(expr), local))
-    return occurrence.astimezone(ZoneInfo("UTC"))
+    utc = ZoneInfo("UTC")
+    # cronsim ignores ``fold``: from inside the repeated hour of a fall-back fold it can
+    # yield the hour's first pass, which is already in the past. Skip such occurrences;
+    # that also keeps a fixed wall time in the fold to one run (its first occurrence).
+    for occurrence in CronSim(normalize_cron(expr), now.astimezone(zone)):
+        if occurrence.astimezone(utc) > now:
+            return occurrence.astimezone(utc)
+    raise AssertionError("unreachable: a validated cron expression always fires again")
 
 
 def describe_cron(expr: str, tz_name: str = "UTC") -> str:
@@ -136,8 +143,15 @@ def describe_cron(expr: str, tz_name: str = "UTC") -> str:
     options.verbose = False
     text = get_description(normalize_cron(expr), options)
     text = text[0].lower() + text[1:] if text else text
-    text = text.replace(", ", " on ", 1) if text.startswith("at ") and ", " in text else text
+    # cron-descriptor writes "At 00:00, only on Sunday"; people write "at 00:00 on Sunday".
+    for wordy, plain in _CRON_PHRASES:
+        text = text.replace(wordy, plain)
+    # "at 09:00, Monday through Friday" -> "at 09:00 on Monday through Friday".
+    text = re.sub(r"^(at [^,]*), (?=[A-Z])", r"\1 on ", text)
     return f"{text} ({tz_name})"
+
+
+_CRON_PHRASES = ((", only on ", " on "), (", only in ", " in "), (", on ", " on "))
 
 
 def describe_interval(ms: int) -> str:
