@@ -20,9 +20,11 @@ dataclass whose fields are named like the Endpoint fields. The rules, in order:
 
 Cron across daylight saving time follows classic cron: a wall time skipped by the
 spring-forward gap runs once at the first valid instant after it (``30 2 * * *`` in
-America/New_York on 2026-03-08 -> 03:00 EDT); a wall time repeated by the fall-back fold
-runs once, at its first occurrence; wildcard and stepped hours follow elapsed time
-(see ``endpoints.schedules``).
+America/New_York on 2026-03-08 -> 03:00 EDT, 07:00 UTC); a wall time repeated by the
+fall-back fold runs once, at its first occurrence (``30 1 * * *`` there on 2026-11-01 ->
+05:30 UTC, next 2026-11-02 06:30 UTC), even when ``now`` is inside the repeated hour;
+wildcard and stepped hours follow elapsed time, never doubled nor stalled (``*/15`` at
+01:50 EST on 2026-03-08 -> 03:00 EDT). See ``endpoints.schedules.next_cron_after``.
 """
 
 from __future__ import annotations
@@ -31,7 +33,12 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from endpoints.schedules import describe_delta, describe_schedule, next_cron_after
+from endpoints.schedules import (
+    describe_delta,
+    describe_schedule,
+    format_interval,
+    next_cron_after,
+)
 
 MAX_BACKOFF_EXPONENT = 5
 
@@ -162,7 +169,7 @@ def _choose(
 ) -> Candidate:
     if interval_hint and oneshot_hint:
         chosen = interval_hint if interval_hint.at <= oneshot_hint.at else oneshot_hint
-        steps.append(f"both hints fresh: the earlier wins ({chosen.source}); baseline ignored")
+        steps.append(f"both hints fresh: the earlier wins ({chosen.source}), baseline ignored")
     elif interval_hint:
         chosen = interval_hint
         steps.append("interval hint fresh: it overrides the baseline")
@@ -179,10 +186,14 @@ def _clamp(
 ) -> tuple[datetime, str]:
     if schedule.min_interval_ms and at < now + _ms(schedule.min_interval_ms):
         at, source = now + _ms(schedule.min_interval_ms), CLAMPED_MIN
-        steps.append(f"raised to the minimum interval ({schedule.min_interval_ms} ms)")
+        steps.append(
+            f"raised to the minimum interval ({format_interval(schedule.min_interval_ms)})"
+        )
     if schedule.max_interval_ms and at > now + _ms(schedule.max_interval_ms):
         at, source = now + _ms(schedule.max_interval_ms), CLAMPED_MAX
-        steps.append(f"lowered to the maximum interval ({schedule.max_interval_ms} ms)")
+        steps.append(
+            f"lowered to the maximum interval ({format_interval(schedule.max_interval_ms)})"
+        )
     return at, source
 
 
@@ -191,7 +202,11 @@ def _ms(value: int) -> timedelta:
 
 
 def _when(at: datetime, now: datetime) -> str:
-    return f"{at.isoformat()} ({describe_delta(at - now)})"
+    return f"{at.isoformat()}, {describe_delta(at - now)}"
+
+
+def _relative(at: datetime, now: datetime) -> str:
+    return "now" if at <= now else describe_delta(at - now)
 
 
 SOURCE_WORDS = {
@@ -216,7 +231,7 @@ def explain_plan(now: datetime, schedule: EndpointSchedule) -> str:
         baseline_interval_ms=schedule.baseline_interval_ms,
     )
     head = (
-        f"Next run {describe_delta(plan.next_run_at - now)} at "
+        f"Next run {_relative(plan.next_run_at, now)} at "
         f"{plan.next_run_at.isoformat()}, set by {SOURCE_WORDS[plan.source]}."
     )
     detail = f" Baseline: {base}"
