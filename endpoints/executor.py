@@ -199,7 +199,8 @@ def _embedded_ipv4(ip: IPAddress) -> ipaddress.IPv4Address | None:
 
 
 class AddressGuard:
-    """Resolves a host once and returns only addresses the policy allows."""
+    """Resolves a host once and returns its addresses if the policy allows them all: a
+    name that mixes public and private addresses is refused rather than half-trusted."""
 
     def __init__(self, policy: NetworkPolicy) -> None:
         self.allow_private = policy.allow_private

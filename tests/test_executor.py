@@ -6,16 +6,20 @@ compressed bombs, hanging up mid-body) are small raw-socket servers defined here
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import hashlib
 import hmac
 import json
 import socket
+import ssl
+import subprocess
 import threading
 import time
 import zlib
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -433,6 +437,50 @@ def test_https_to_a_plain_http_server_is_a_tls_failure(server: HTTPServer) -> No
 
     assert result.status == "failure"
     assert result.error.startswith("TLS error with 127.0.0.1:")
+
+
+@pytest.fixture(scope="module")
+def self_signed_certificate(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    directory = tmp_path_factory.mktemp("tls")
+    cert, key = directory / "cert.pem", directory / "key.pem"
+    subprocess.run(
+        [
+            *("openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1"),
+            *("-keyout", str(key), "-out", str(cert), "-subj", "/CN=localhost"),
+            *("-addext", "subjectAltName=DNS:localhost"),
+        ],
+        check=True,
+        capture_output=True,
+    )
+    return cert, key
+
+
+def test_https_verifies_the_certificate_for_the_hostname_sent_as_sni(
+    self_signed_certificate: tuple[Path, Path],
+) -> None:
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(*self_signed_certificate)
+    server_names: list[str | None] = []
+    context.sni_callback = lambda _sock, name, _context: server_names.append(name)
+    listener = socket.create_server(("127.0.0.1", 0))
+    listener.settimeout(5)
+
+    def handshake_once() -> None:
+        conn, _ = listener.accept()
+        with conn, contextlib.suppress(OSError):
+            context.wrap_socket(conn, server_side=True)
+
+    handshaker = threading.Thread(target=handshake_once, daemon=True)
+    handshaker.start()
+
+    result = call(f"https://localhost:{listener.getsockname()[1]}/")
+
+    handshaker.join(timeout=5)
+    listener.close()
+    assert result.status == "failure"
+    assert result.error.startswith("TLS error with localhost: ")
+    assert "certificate verify failed" in result.error
+    assert server_names == ["localhost"]  # connected to the checked IP, verified the name
 
 
 @pytest.mark.parametrize(
