@@ -1,0 +1,210 @@
+"""The rules backend: decisions from response bodies, then end to end through the scheduler."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+
+from planner.backends.rules import (
+    Observation,
+    RulesInput,
+    Verdict,
+    body_severity,
+    decide,
+    queue_trend,
+    retry_after,
+)
+
+NOW = datetime(2026, 11, 22, 12, 0, tzinfo=UTC)
+MINUTE = 60_000
+
+
+def _observations(*bodies: Any, code: int = 200) -> tuple[Observation, ...]:
+    """Newest first, one minute apart."""
+    return tuple(
+        Observation(code, body, NOW - timedelta(minutes=index)) for index, body in enumerate(bodies)
+    )
+
+
+def _decide(*bodies: Any, code: int = 200, **fields: Any) -> Verdict:
+    values: dict[str, Any] = {"now": NOW, "baseline_ms": 4 * MINUTE}
+    values.update(fields)
+    return decide(RulesInput(observations=_observations(*bodies, code=code), **values))
+
+
+# Severity and trends.
+
+
+@pytest.mark.parametrize(
+    ("body", "severity"),
+    [
+        ({"status": "healthy"}, "healthy"),
+        ({"status": "Degraded"}, "degraded"),
+        ({"status": "critical"}, "critical"),
+        ({"status": "down"}, "critical"),
+        ({"error_rate_pct": 1.2}, "healthy"),
+        ({"error_rate_pct": 6}, "degraded"),
+        ({"error_rate_pct": 25.0}, "critical"),
+        ({"current_value": 250, "warning_threshold": 300, "critical_threshold": 500}, "healthy"),
+        ({"current_value": 300, "warning_threshold": 300, "critical_threshold": 500}, "degraded"),
+        ({"current_value": 800, "warning_threshold": 300, "critical_threshold": 500}, "critical"),
+        ({"status": "healthy", "error_rate_pct": 30}, "critical"),
+        ({"status": 3, "error_rate_pct": "lots", "current_value": True}, "healthy"),
+        ("plain text", "healthy"),
+        (None, "healthy"),
+    ],
+)
+def test_the_body_says_how_bad_things_are(body: Any, severity: str) -> None:
+    assert body_severity(body)[0] == severity
+
+
+@pytest.mark.parametrize(
+    ("depths", "trend"),
+    [
+        ((30, 20, 10), "rising"),
+        ((30, 30, 10), None),
+        ((10, 20, 30), None),
+        ((0, 0, 0, 0, 0), "empty"),
+        ((0, 0, 0, 0), None),
+        ((0, 0, 0, 0, 3), None),
+    ],
+)
+def test_queue_depth_trends_read_newest_first(depths: tuple[int, ...], trend: str | None) -> None:
+    observations = _observations(*({"queue_depth": depth} for depth in depths))
+    assert queue_trend(observations) == trend
+
+
+@pytest.mark.parametrize(
+    ("body", "seconds"),
+    [
+        ({"retry_after": 30}, 30),
+        ({"retry_after_seconds": "45"}, 45),
+        ({"retryAfter": "2026-11-22T12:02:00Z"}, 120),
+        ({"Retry-After": "Sun, 22 Nov 2026 12:01:00 GMT"}, 60),
+        ({"retry_after": -5}, 300),
+        ({"error": "slow down"}, 300),
+        ("Too Many Requests", 300),
+    ],
+)
+def test_retry_after_comes_from_the_body_or_a_default(body: Any, seconds: int) -> None:
+    wait, _ = retry_after(body, NOW)
+    assert wait == timedelta(seconds=seconds)
+
+
+# Decisions.
+
+
+def test_critical_tightens_to_a_quarter_and_degraded_to_half_the_baseline() -> None:
+    critical = _decide({"status": "critical"})
+    degraded = _decide({"status": "degraded"})
+
+    assert critical.tool == "propose_interval"
+    assert critical.arguments["intervalMs"] == MINUTE
+    assert "status is 'critical'" in critical.reasoning
+    assert "tightening to every minute" in critical.reasoning
+    assert degraded.arguments["intervalMs"] == 2 * MINUTE
+
+
+def test_tightening_stays_inside_the_minimum_and_relaxing_inside_the_maximum() -> None:
+    tightened = _decide({"status": "critical"}, min_interval_ms=3 * MINUTE)
+    relaxed = _decide(*[{"queue_depth": 0}] * 5, max_interval_ms=5 * MINUTE)
+
+    assert tightened.arguments["intervalMs"] == 3 * MINUTE
+    assert relaxed.tool == "propose_interval"
+    assert relaxed.arguments["intervalMs"] == 5 * MINUTE
+
+
+def test_nothing_is_written_when_the_bounds_pin_the_baseline() -> None:
+    verdict = _decide({"status": "critical"}, min_interval_ms=4 * MINUTE)
+    assert verdict.tool is None
+    assert "bounds keep it at the baseline" in verdict.reasoning
+
+
+def test_a_rising_queue_tightens_and_an_empty_one_relaxes() -> None:
+    rising = _decide({"queue_depth": 30}, {"queue_depth": 20}, {"queue_depth": 10})
+    empty = _decide(*[{"queue_depth": 0}] * 5)
+
+    assert rising.arguments["intervalMs"] == 2 * MINUTE
+    assert "queue_depth rose" in rising.reasoning
+    assert empty.arguments["intervalMs"] == 8 * MINUTE
+    assert "relaxing" in empty.reasoning
+
+
+def test_healthy_after_tightening_clears_the_planners_hint() -> None:
+    verdict = _decide(
+        {"status": "healthy"},
+        planner_interval_ms=MINUTE,
+        planner_hint_expires_at=NOW + timedelta(minutes=30),
+    )
+    assert verdict.tool == "clear_hints"
+
+
+def test_healthy_without_a_hint_changes_nothing() -> None:
+    verdict = _decide({"status": "healthy"})
+    assert verdict.tool is None
+    assert "baseline stands" in verdict.reasoning
+
+
+def test_a_standing_hint_is_not_rewritten_until_half_its_ttl_is_spent() -> None:
+    fresh = _decide(
+        {"status": "critical"},
+        planner_interval_ms=MINUTE,
+        planner_hint_expires_at=NOW + timedelta(minutes=50),
+    )
+    aging = _decide(
+        {"status": "critical"},
+        planner_interval_ms=MINUTE,
+        planner_hint_expires_at=NOW + timedelta(minutes=20),
+    )
+    assert fresh.tool is None and "still stands" in fresh.reasoning
+    assert aging.tool == "propose_interval"
+
+
+def test_a_rate_limit_pauses_until_retry_after_capped_at_an_hour() -> None:
+    short = _decide({"retry_after_seconds": 90}, code=429)
+    long = _decide({"retry_after": 86_400}, code=503)
+
+    assert short.tool == "pause_until"
+    assert short.arguments["untilIso"] == (NOW + timedelta(seconds=90)).isoformat()
+    assert long.arguments["untilIso"] == (NOW + timedelta(hours=1)).isoformat()
+    assert "capped" in long.reasoning
+
+
+def test_a_rate_limit_whose_wait_is_over_needs_no_pause() -> None:
+    stale = decide(
+        RulesInput(
+            now=NOW,
+            baseline_ms=MINUTE,
+            observations=(Observation(429, {"retry_after": 30}, NOW - timedelta(minutes=5)),),
+        )
+    )
+    assert stale.tool is None and "already over" in stale.reasoning
+
+
+def test_the_planners_pause_is_lifted_once_the_endpoint_answers_normally() -> None:
+    verdict = _decide(
+        {"status": "healthy"}, paused_until=NOW + timedelta(minutes=10), paused_by_planner=True
+    )
+    assert verdict.tool == "pause_until"
+    assert verdict.arguments["untilIso"] is None
+
+
+def test_a_persons_pause_or_hint_is_left_alone() -> None:
+    paused = _decide({"status": "critical"}, paused_until=NOW + timedelta(minutes=10))
+    hinted = _decide({"status": "critical"}, person_hint_active=True)
+    assert paused.tool is None and "Paused by a person" in paused.reasoning
+    assert hinted.tool is None and "person's hint" in hinted.reasoning
+
+
+def test_without_runs_there_is_nothing_to_decide() -> None:
+    verdict = decide(RulesInput(now=NOW, baseline_ms=MINUTE, observations=()))
+    assert verdict.tool is None
+    assert verdict.confidence == "low"
+
+
+def test_long_intervals_get_a_ttl_long_enough_to_be_used() -> None:
+    verdict = _decide({"status": "degraded"}, baseline_ms=24 * 60 * MINUTE)
+    assert verdict.arguments["intervalMs"] == 12 * 60 * MINUTE
+    assert verdict.arguments["ttlMinutes"] == 1_440
