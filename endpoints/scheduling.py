@@ -1,0 +1,971 @@
+"""Every cross-model workflow of the endpoints app: claim, execute, reschedule, manual ops.
+
+The life of a run (DESIGN.md "Life of a run"):
+
+1. ``claim_due_endpoints`` takes due endpoints in one short transaction and gives each a
+   fresh claim token and a lease that outlasts the run.
+2. The caller (the Celery tick task or ``runscheduler``) starts each claim at its
+   ``scheduled_for``.
+3. ``execute_claim`` records the Run, calls the endpoint outside any transaction,
+   finishes the Run, and reschedules the endpoint in one conditional update on the
+   claim token, which also releases the lease.
+
+Every state change here is a conditional ``update()`` whose row count says who won.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, replace
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.conf import settings
+from django.db import IntegrityError, connection, transaction
+from django.db.models import Count, Q
+from django.utils import timezone
+
+from endpoints.executor import HttpRequest, HttpResult, NetworkPolicy, perform_request
+from endpoints.governor import EndpointSchedule, Plan, plan_next_run
+from endpoints.models import (
+    Endpoint,
+    Heartbeat,
+    HintHistory,
+    HintKind,
+    Job,
+    JobStatus,
+    Run,
+    RunStatus,
+    RunTrigger,
+    Source,
+)
+from endpoints.schedules import describe_delta
+
+logger = logging.getLogger("cronicorn.scheduler")
+
+PRUNE_BATCH_SIZE = 1_000
+HEALTH_LATENESS_SAMPLE = 10_000
+RESULT_STATUS = {
+    "success": RunStatus.SUCCESS,
+    "failure": RunStatus.FAILURE,
+    "timeout": RunStatus.TIMEOUT,
+}
+# A person may change these while a run is in flight; the post-run reschedule only wins
+# if they are still as it read them (otherwise it re-reads and plans again).
+PLANNING_FIELDS = (
+    "baseline_cron",
+    "timezone",
+    "baseline_interval_ms",
+    "min_interval_ms",
+    "max_interval_ms",
+    "ai_hint_interval_ms",
+    "ai_hint_next_run_at",
+    "ai_hint_expires_at",
+    "paused_until",
+    "failure_count",
+)
+NO_HINT: dict[str, Any] = {
+    "ai_hint_interval_ms": None,
+    "ai_hint_next_run_at": None,
+    "ai_hint_expires_at": None,
+    "ai_hint_reason": "",
+}
+
+
+class OperationRefused(Exception):
+    """A manual operation that cannot proceed; the message says why and what to do."""
+
+
+@dataclass(frozen=True)
+class Claim:
+    endpoint_id: int
+    claim_token: uuid.UUID
+    scheduled_for: datetime
+    source: str
+    trigger: str
+
+    def to_payload(self) -> dict[str, Any]:
+        """A JSON-safe form for Celery messages."""
+        return {
+            "endpoint_id": self.endpoint_id,
+            "claim_token": str(self.claim_token),
+            "scheduled_for": self.scheduled_for.isoformat(),
+            "source": self.source,
+            "trigger": self.trigger,
+        }
+
+    @classmethod
+    def from_payload(cls, payload: Mapping[str, Any]) -> Claim:
+        return cls(
+            endpoint_id=int(payload["endpoint_id"]),
+            claim_token=uuid.UUID(payload["claim_token"]),
+            scheduled_for=datetime.fromisoformat(payload["scheduled_for"]),
+            source=str(payload["source"]),
+            trigger=str(payload["trigger"]),
+        )
+
+
+def _log(level: int, message: str, *, claim: Claim | None = None, **ids: Any) -> None:
+    """One log line carrying endpoint id, run id, claim token and source, in text and extra."""
+    context = {
+        "endpoint_id": ids.get("endpoint_id", claim.endpoint_id if claim else None),
+        "run_id": ids.get("run_id"),
+        "claim_token": str(claim.claim_token) if claim else ids.get("claim_token"),
+        "source": claim.source if claim else ids.get("source"),
+    }
+    suffix = " ".join(f"{key}={value}" for key, value in context.items())
+    logger.log(level, "%s [%s]", message, suffix, extra=context)
+
+
+# --- Claim ----------------------------------------------------------------------------
+
+# Due, unleased, live, not paused: the predicate the partial index
+# ``endpoints_endpoint_claimable`` (next_run_at WHERE archived_at IS NULL AND claim_token
+# IS NULL) serves, so the claim reads only rows it is about to take.
+_CLAIMABLE = """
+    c.archived_at IS NULL AND c.claim_token IS NULL
+    AND c.next_run_at <= %(due_by)s
+    AND (c.paused_until IS NULL OR c.paused_until <= %(now)s)
+"""
+
+# The f-strings below only join the constant fragments above; values are parameters.
+_PG_CLAIM_UNLIMITED = f"""
+UPDATE endpoints_endpoint AS e
+SET claim_token = gen_random_uuid(),
+    locked_until = GREATEST(%(now)s, e.next_run_at)
+        + e.timeout_ms * INTERVAL '1 millisecond' + %(grace)s * INTERVAL '1 second'
+FROM (
+    SELECT c.id FROM endpoints_endpoint AS c
+    JOIN endpoints_job AS j ON j.id = c.job_id
+    WHERE {_CLAIMABLE} AND j.status = 'active' AND j.max_concurrent IS NULL
+    ORDER BY c.next_run_at
+    LIMIT %(limit)s
+    FOR UPDATE OF c SKIP LOCKED
+) AS picked
+WHERE e.id = picked.id
+RETURNING e.id, e.claim_token, e.next_run_at, e.next_run_source
+"""  # noqa: S608
+
+# Jobs with max_concurrent: one claimer at a time per job (the job row lock), so the
+# leased count read by the next statement is current and two ticks cannot both fill
+# the job's last slot. Jobs without a limit never take this path.
+_PG_LOCK_LIMITED_JOBS = f"""
+SELECT j.id FROM endpoints_job AS j
+WHERE j.max_concurrent IS NOT NULL AND j.status = 'active'
+  AND EXISTS (SELECT 1 FROM endpoints_endpoint AS c WHERE c.job_id = j.id AND {_CLAIMABLE})
+ORDER BY j.id
+FOR NO KEY UPDATE OF j SKIP LOCKED
+"""  # noqa: S608
+
+_PG_CLAIM_LIMITED = f"""
+WITH free AS (
+    SELECT j.id AS job_id, j.max_concurrent - (
+        SELECT count(*) FROM endpoints_endpoint AS l
+        WHERE l.job_id = j.id AND l.claim_token IS NOT NULL
+    ) AS slots
+    FROM endpoints_job AS j WHERE j.id = ANY(%(jobs)s)
+), ranked AS (
+    SELECT c.id, c.job_id, c.next_run_at,
+           row_number() OVER (PARTITION BY c.job_id ORDER BY c.next_run_at, c.id) AS place
+    FROM endpoints_endpoint AS c
+    WHERE c.job_id = ANY(%(jobs)s) AND {_CLAIMABLE}
+), chosen AS (
+    SELECT r.id FROM ranked AS r JOIN free AS f ON f.job_id = r.job_id
+    WHERE r.place <= f.slots
+    ORDER BY r.next_run_at
+    LIMIT %(limit)s
+)
+UPDATE endpoints_endpoint AS e
+SET claim_token = gen_random_uuid(),
+    locked_until = GREATEST(%(now)s, e.next_run_at)
+        + e.timeout_ms * INTERVAL '1 millisecond' + %(grace)s * INTERVAL '1 second'
+FROM chosen
+WHERE e.id = chosen.id AND e.claim_token IS NULL
+RETURNING e.id, e.claim_token, e.next_run_at, e.next_run_source
+"""  # noqa: S608
+
+# Expired leases (the worker died or stalled past timeout + grace) go back to the
+# claimable index here, through the ``endpoints_endpoint_leased`` index, so the claim
+# itself only ever scans ``endpoints_endpoint_claimable``: O(expired), usually nothing.
+_PG_RELEASE_EXPIRED = """
+UPDATE endpoints_endpoint SET claim_token = NULL, locked_until = NULL
+WHERE id IN (
+    SELECT id FROM endpoints_endpoint
+    WHERE claim_token IS NOT NULL AND locked_until <= %(now)s
+    FOR UPDATE SKIP LOCKED
+)
+RETURNING id
+"""
+
+
+def claim_due_endpoints(*, now: datetime, limit: int, horizon_ms: int) -> list[Claim]:
+    """Claim up to ``limit`` endpoints due by ``now + horizon_ms``, earliest first.
+
+    One short transaction: expired leases are released, jobs with ``max_concurrent``
+    get at most their free slots, then the rest are taken in ``next_run_at`` order.
+    """
+    if limit < 1:
+        return []
+    params = {
+        "now": now,
+        "due_by": now + timedelta(milliseconds=horizon_ms),
+        "grace": settings.CRONICORN_LEASE_GRACE_SECONDS,
+        "limit": limit,
+    }
+    with transaction.atomic():
+        if connection.vendor == "postgresql":
+            rows = _claim_postgresql(params)
+        else:
+            rows = _claim_portable(params)
+    claims = [
+        Claim(
+            endpoint_id=endpoint_id,
+            claim_token=token if isinstance(token, uuid.UUID) else uuid.UUID(str(token)),
+            scheduled_for=scheduled_for,
+            source=source or Source.BASELINE_INTERVAL,
+            trigger=RunTrigger.MANUAL if source == Source.MANUAL else RunTrigger.SCHEDULED,
+        )
+        for endpoint_id, token, scheduled_for, source in rows
+    ]
+    claims.sort(key=lambda claim: (claim.scheduled_for, claim.endpoint_id))
+    return claims
+
+
+def _claim_postgresql(params: dict[str, Any]) -> list[tuple[Any, ...]]:
+    with connection.cursor() as cursor:
+        _release_expired_postgresql(cursor, params["now"])
+        cursor.execute(_PG_LOCK_LIMITED_JOBS, params)
+        jobs = [row[0] for row in cursor.fetchall()]
+        rows: list[tuple[Any, ...]] = []
+        if jobs:
+            cursor.execute(_PG_CLAIM_LIMITED, {**params, "jobs": jobs})
+            rows = list(cursor.fetchall())
+        remaining = params["limit"] - len(rows)
+        if remaining > 0:
+            cursor.execute(_PG_CLAIM_UNLIMITED, {**params, "limit": remaining})
+            rows.extend(cursor.fetchall())
+    return rows
+
+
+def _release_expired_postgresql(cursor: Any, now: datetime) -> None:
+    cursor.execute(_PG_RELEASE_EXPIRED, {"now": now})
+    for (endpoint_id,) in cursor.fetchall():
+        _log(logging.WARNING, "lease expired; released for a retry", endpoint_id=endpoint_id)
+
+
+def _claim_portable(params: dict[str, Any]) -> list[tuple[Any, ...]]:
+    """SQLite (and any other backend): the same claim inside the immediate transaction.
+
+    The settings open SQLite transactions with BEGIN IMMEDIATE, so this transaction holds
+    the write lock from its first statement and no other claimer can interleave.
+    """
+    now = params["now"]
+    expired = Endpoint.objects.filter(claim_token__isnull=False, locked_until__lte=now)
+    for endpoint_id in expired.values_list("pk", flat=True):
+        _log(logging.WARNING, "lease expired; released for a retry", endpoint_id=endpoint_id)
+    expired.update(claim_token=None, locked_until=None)
+
+    due = Endpoint.objects.filter(
+        Q(paused_until__isnull=True) | Q(paused_until__lte=now),
+        archived_at__isnull=True,
+        claim_token__isnull=True,
+        next_run_at__lte=params["due_by"],
+        job__status=JobStatus.ACTIVE,
+    ).order_by("next_run_at", "pk")
+    fields = ("pk", "next_run_at", "next_run_source", "timeout_ms")
+    chosen = _within_free_slots(due.filter(job__max_concurrent__isnull=False))
+    chosen = chosen[: params["limit"]]
+    remaining = params["limit"] - len(chosen)
+    chosen += list(due.filter(job__max_concurrent__isnull=True).values(*fields)[:remaining])
+
+    grace = timedelta(seconds=params["grace"])
+    rows = []
+    for row in chosen:
+        token = uuid.uuid4()
+        lease = max(now, row["next_run_at"]) + timedelta(milliseconds=row["timeout_ms"]) + grace
+        Endpoint.objects.filter(pk=row["pk"]).update(claim_token=token, locked_until=lease)
+        rows.append((row["pk"], token, row["next_run_at"], row["next_run_source"]))
+    return rows
+
+
+def _within_free_slots(due: Any) -> list[dict[str, Any]]:
+    rows = list(due.values("pk", "job_id", "next_run_at", "next_run_source", "timeout_ms"))
+    if not rows:
+        return []
+    job_ids = {row["job_id"] for row in rows}
+    limits = dict(Job.objects.filter(pk__in=job_ids).values_list("pk", "max_concurrent"))
+    leased = dict(
+        Endpoint.objects.filter(job_id__in=job_ids, claim_token__isnull=False)
+        .values("job_id")
+        .annotate(n=Count("pk"))
+        .values_list("job_id", "n")
+    )
+    free = {job_id: limits[job_id] - leased.get(job_id, 0) for job_id in job_ids}
+    chosen = []
+    for row in rows:
+        if free[row["job_id"]] > 0:
+            free[row["job_id"]] -= 1
+            chosen.append({k: v for k, v in row.items() if k != "job_id"})
+    return chosen
+
+
+def release_claims(claims: Iterable[Claim]) -> int:
+    """Give back claims that will not run (shutdown, broker down) so the next tick takes them."""
+    released = 0
+    for claim in claims:
+        released += Endpoint.objects.filter(
+            pk=claim.endpoint_id, claim_token=claim.claim_token
+        ).update(claim_token=None, locked_until=None)
+    return released
+
+
+def tick(*, now: datetime | None = None) -> list[Claim]:
+    """One scheduler tick: claim what is due within the horizon and record a heartbeat.
+
+    Dispatch is the caller's: the Celery tick task enqueues the claims, ``runscheduler``
+    hands them to its thread pool.
+    """
+    now = now or timezone.now()
+    claims = claim_due_endpoints(
+        now=now,
+        limit=settings.CRONICORN_BATCH_SIZE,
+        horizon_ms=settings.CRONICORN_CLAIM_HORIZON_MS,
+    )
+    Heartbeat.beat("tick", now=now, claimed=len(claims))
+    return claims
+
+
+# --- Execute and reschedule -----------------------------------------------------------
+
+
+def execute_claim(claim: Claim, *, policy: NetworkPolicy | None = None) -> Run | None:
+    """Run one claim: record the Run, call the endpoint, finish the Run, reschedule.
+
+    A stale or duplicate claim (its token no longer on the endpoint) does nothing and
+    returns None. Errors stay inside this claim: they are logged and recorded on its Run.
+    """
+    try:
+        started = _wait_for_slot(claim.scheduled_for)
+        endpoint = _load_claimed(claim, started)
+        if endpoint is None:
+            return None
+        run = _start_run(endpoint, claim, started)
+    except Exception:
+        _log(logging.ERROR, "could not start the run", claim=claim, exc_info=True)
+        return None
+    try:
+        _perform_and_reschedule(endpoint, claim, run, started, policy)
+    except Exception as exc:
+        _log(logging.ERROR, "run failed inside the scheduler", claim=claim, run_id=run.pk)
+        logger.exception("scheduler error in run %s", run.pk)
+        _record_internal_error(run, exc)
+    return run
+
+
+def _wait_for_slot(scheduled_for: datetime) -> datetime:
+    """Never start before the slot: a cron run started early would plan the same slot again.
+
+    Callers already start claims on time; this only absorbs a few ms of timer jitter and
+    is capped at one tick.
+    """
+    now = timezone.now()
+    early = (scheduled_for - now).total_seconds()
+    if early > 0:
+        time.sleep(min(early, settings.CRONICORN_TICK_SECONDS))
+        now = timezone.now()
+    return now
+
+
+def _load_claimed(claim: Claim, now: datetime) -> Endpoint | None:
+    """Read the endpoint once, only if the claim is still ours, and still meant to run."""
+    endpoint = (
+        Endpoint.objects.select_related("job__tenant")
+        .filter(pk=claim.endpoint_id, claim_token=claim.claim_token)
+        .first()
+    )
+    if endpoint is None:
+        _log(logging.INFO, "stale claim: the lease is no longer ours; nothing done", claim=claim)
+        return None
+    reason = _why_not_runnable(endpoint, now)
+    if reason:
+        release_claims([claim])
+        _log(logging.INFO, f"claim dropped: {reason}", claim=claim)
+        return None
+    return _ensure_lease_outlasts_request(endpoint, claim, now)
+
+
+def _why_not_runnable(endpoint: Endpoint, now: datetime) -> str:
+    if endpoint.archived_at is not None:
+        return "the endpoint was archived"
+    if endpoint.job.status != JobStatus.ACTIVE:
+        return f"the job is {endpoint.job.status}"
+    if endpoint.is_paused(now):
+        return f"the endpoint is paused until {endpoint.paused_until}"
+    return ""
+
+
+def _ensure_lease_outlasts_request(
+    endpoint: Endpoint, claim: Claim, now: datetime
+) -> Endpoint | None:
+    """A message that starts very late (a busy worker) extends its lease before calling out,
+    so the lease cannot expire mid-request and let a second claimer run it concurrently."""
+    assert endpoint.locked_until is not None
+    needed = now + timedelta(
+        milliseconds=endpoint.timeout_ms, seconds=settings.CRONICORN_LEASE_GRACE_SECONDS / 2
+    )
+    if endpoint.locked_until >= needed:
+        return endpoint
+    lease = now + timedelta(
+        milliseconds=endpoint.timeout_ms, seconds=settings.CRONICORN_LEASE_GRACE_SECONDS
+    )
+    extended = Endpoint.objects.filter(
+        pk=endpoint.pk, claim_token=claim.claim_token, locked_until__gt=now
+    ).update(locked_until=lease)
+    if not extended:
+        _log(logging.WARNING, "stale claim: the lease expired before the run", claim=claim)
+        return None
+    endpoint.locked_until = lease
+    return endpoint
+
+
+def _start_run(endpoint: Endpoint, claim: Claim, started: datetime) -> Run:
+    """Create the Run before the request. A slot already attempted becomes a retry.
+
+    Scheduled slots are unique in the database (``endpoints_run_one_per_slot``), so the
+    common case is one insert; only a reclaimed slot (lost lease) pays for a lookup.
+    """
+    fields: dict[str, Any] = {
+        "endpoint_id": endpoint.pk,
+        "trigger": claim.trigger,
+        "source": claim.source,
+        "scheduled_for": claim.scheduled_for,
+        "started_at": started,
+        "status": RunStatus.RUNNING,
+        "claim_token": claim.claim_token,
+        "lease_expires_at": endpoint.locked_until,
+        "request_method": endpoint.method,
+        "request_url": endpoint.url,
+    }
+    previous = None
+    if claim.trigger != RunTrigger.SCHEDULED:
+        previous = _latest_attempt(endpoint.pk, claim.scheduled_for)
+    if previous is None:
+        try:
+            with transaction.atomic():
+                return Run.objects.create(**fields)
+        except IntegrityError:
+            previous = _latest_attempt(endpoint.pk, claim.scheduled_for)
+            if previous is None:
+                raise
+    _mark_lost(previous, started, f"its lease expired; retried by claim {claim.claim_token}")
+    fields.update(trigger=RunTrigger.RETRY, attempt=previous.attempt + 1, retry_of=previous)
+    run = Run.objects.create(**fields)
+    _log(logging.WARNING, f"retrying run {previous.pk}", claim=claim, run_id=run.pk)
+    return run
+
+
+def _latest_attempt(endpoint_id: int, scheduled_for: datetime) -> Run | None:
+    return (
+        Run.objects.filter(endpoint_id=endpoint_id, scheduled_for=scheduled_for)
+        .exclude(trigger=RunTrigger.TEST)
+        .order_by("-attempt", "-pk")
+        .first()
+    )
+
+
+def _mark_lost(run: Run, now: datetime, why: str) -> None:
+    Run.objects.filter(pk=run.pk, status=RunStatus.RUNNING).update(
+        status=RunStatus.LOST, finished_at=now, error=f"Lost: {why}."
+    )
+
+
+def _perform_and_reschedule(
+    endpoint: Endpoint,
+    claim: Claim,
+    run: Run,
+    started: datetime,
+    policy: NetworkPolicy | None,
+) -> None:
+    result = perform_request(_request_for(endpoint), policy=policy)
+    finished = timezone.now()
+    _finish_run(run, result, finished, claim)
+    _reschedule(endpoint, claim, started, finished, succeeded=result.status == "success")
+
+
+def _request_for(endpoint: Endpoint) -> HttpRequest:
+    return HttpRequest(
+        url=endpoint.url,
+        method=endpoint.method,
+        headers=dict(endpoint.headers or {}),
+        body=endpoint.body,
+        timeout_ms=endpoint.timeout_ms,
+        max_response_size_kb=endpoint.max_response_size_kb,
+        hmac_secret=endpoint.job.tenant.hmac_secret,
+    )
+
+
+def _finish_run(run: Run, result: HttpResult, finished: datetime, claim: Claim) -> None:
+    """Write the outcome onto the Run, unless the sweep already declared it lost."""
+    status = RESULT_STATUS.get(result.status, RunStatus.FAILURE)
+    run.status = status
+    updated = Run.objects.filter(pk=run.pk, status=RunStatus.RUNNING).update(
+        status=status,
+        finished_at=finished,
+        duration_ms=max(int(result.duration_ms), 0),
+        status_code=result.status_code,
+        response_body=result.body,
+        response_truncated=result.truncated,
+        response_size_bytes=result.size_bytes,
+        error=result.error or "",
+    )
+    level = logging.DEBUG if status == RunStatus.SUCCESS else logging.INFO
+    if not updated:
+        level = logging.WARNING
+    word = status if updated else f"{status} after it was declared lost (kept lost)"
+    _log(level, f"run {word} in {result.duration_ms} ms", claim=claim, run_id=run.pk)
+
+
+def _record_internal_error(run: Run, exc: Exception) -> None:
+    Run.objects.filter(pk=run.pk, status=RunStatus.RUNNING).update(
+        status=RunStatus.FAILURE,
+        finished_at=timezone.now(),
+        error=f"Scheduler error: {type(exc).__name__}: {exc}",
+    )
+
+
+def _reschedule(
+    endpoint: Endpoint,
+    claim: Claim,
+    started: datetime,
+    finished: datetime,
+    *,
+    succeeded: bool,
+) -> bool:
+    """DESIGN step 4 in one conditional update on our claim token, which releases the lease.
+
+    Returns False when the lease was lost: the run is kept, the endpoint left alone.
+    """
+    for _attempt in range(3):
+        values = _next_state(endpoint, started, finished, succeeded=succeeded)
+        updated = Endpoint.objects.filter(
+            _as_read(endpoint), pk=endpoint.pk, claim_token=claim.claim_token
+        ).update(last_run_at=started, locked_until=None, claim_token=None, **values)
+        if updated:
+            return True
+        fresh = Endpoint.objects.filter(pk=endpoint.pk).first()
+        if fresh is None or fresh.claim_token != claim.claim_token:
+            _log(logging.WARNING, "lease lost; run kept, endpoint not rescheduled", claim=claim)
+            return False
+        endpoint = fresh
+    _log(logging.ERROR, "endpoint kept changing; left for the lease to expire", claim=claim)
+    return False
+
+
+def _next_state(
+    endpoint: Endpoint, started: datetime, finished: datetime, *, succeeded: bool
+) -> dict[str, Any]:
+    failure_count = 0 if succeeded else endpoint.failure_count + 1
+    hints = _hints_after_run(endpoint, started)
+    schedule = replace(
+        EndpointSchedule.from_endpoint(endpoint),
+        failure_count=failure_count,
+        **{k: v for k, v in hints.items() if k != "ai_hint_reason"},
+    )
+    # Start-to-start cadence; a run slower than its interval plans from its end instead,
+    # or the endpoint would be due again the moment it finished (trap 3).
+    plan = plan_next_run(started, schedule)
+    if plan.next_run_at <= finished:
+        plan = plan_next_run(finished, schedule)
+    return {
+        "next_run_at": plan.next_run_at,
+        "next_run_source": plan.source,
+        "failure_count": failure_count,
+        **hints,
+    }
+
+
+def _hints_after_run(endpoint: Endpoint, started: datetime) -> dict[str, Any]:
+    """Expired hints go entirely; a one-shot whose time has come is consumed (trap 12)."""
+    current = {
+        "ai_hint_interval_ms": endpoint.ai_hint_interval_ms,
+        "ai_hint_next_run_at": endpoint.ai_hint_next_run_at,
+        "ai_hint_expires_at": endpoint.ai_hint_expires_at,
+        "ai_hint_reason": endpoint.ai_hint_reason,
+    }
+    expires = endpoint.ai_hint_expires_at
+    if expires is not None and expires <= started:
+        return dict(NO_HINT)
+    oneshot = endpoint.ai_hint_next_run_at
+    if oneshot is not None and oneshot <= started:
+        if endpoint.ai_hint_interval_ms is None:
+            return dict(NO_HINT)
+        return {**current, "ai_hint_next_run_at": None}
+    return current
+
+
+def _as_read(endpoint: Endpoint) -> Q:
+    condition = Q()
+    for name in PLANNING_FIELDS:
+        value = getattr(endpoint, name)
+        condition &= Q(**{f"{name}__isnull": True}) if value is None else Q(**{name: value})
+    return condition
+
+
+# --- Safety nets ----------------------------------------------------------------------
+
+
+def sweep_zombies(*, now: datetime) -> int:
+    """Runs still ``running`` past their lease become ``lost``; expired leases are released."""
+    threshold = now - timedelta(seconds=settings.CRONICORN_ZOMBIE_THRESHOLD_SECONDS)
+    lost = Run.objects.stale(now=threshold).update(
+        status=RunStatus.LOST,
+        finished_at=now,
+        error="Lost: the worker did not finish before its lease expired "
+        "(it was killed, or stalled past timeout + grace). The slot is retried.",
+    )
+    with transaction.atomic():
+        if connection.vendor == "postgresql":
+            with connection.cursor() as cursor:
+                _release_expired_postgresql(cursor, now)
+        else:
+            Endpoint.objects.filter(claim_token__isnull=False, locked_until__lte=now).update(
+                claim_token=None, locked_until=None
+            )
+    if lost:
+        _log(logging.WARNING, f"{lost} run(s) past their lease marked lost")
+    Heartbeat.beat("maintenance", now=now, lost=lost)
+    return lost
+
+
+def prune_runs(*, now: datetime) -> int:
+    """Delete runs older than the retention, always keeping each endpoint's latest runs.
+
+    Deletes in batches of ``PRUNE_BATCH_SIZE`` (each its own short statement) so a large
+    backlog never holds a long lock.
+    """
+    cutoff = now - timedelta(days=settings.CRONICORN_RUN_RETENTION_DAYS)
+    keep = settings.CRONICORN_RUN_RETENTION_KEEP
+    old = Run.objects.filter(started_at__lt=cutoff).exclude(status=RunStatus.RUNNING)
+    deleted = 0
+    for endpoint_id in old.values_list("endpoint_id", flat=True).distinct().order_by():
+        kept = Run.objects.filter(endpoint_id=endpoint_id).order_by("-started_at", "-pk")
+        keep_ids = list(kept.values_list("pk", flat=True)[:keep])
+        candidates = old.filter(endpoint_id=endpoint_id).exclude(pk__in=keep_ids)
+        while batch := list(candidates.values_list("pk", flat=True)[:PRUNE_BATCH_SIZE]):
+            deleted += Run.objects.filter(pk__in=batch).delete()[1].get("endpoints.Run", 0)
+    if deleted:
+        _log(logging.INFO, f"pruned {deleted} run(s) older than {cutoff:%Y-%m-%d}")
+    return deleted
+
+
+# --- Manual operations ----------------------------------------------------------------
+
+
+def recompute_next_run(endpoint: Endpoint, *, now: datetime) -> Plan:
+    """Plan through the governor now and store it (after creating or editing an endpoint)."""
+    plan = plan_next_run(now, EndpointSchedule.from_endpoint(endpoint))
+    _store_plan(endpoint, plan)
+    return plan
+
+
+def _store_plan(endpoint: Endpoint, plan: Plan) -> None:
+    Endpoint.objects.filter(pk=endpoint.pk).update(
+        next_run_at=plan.next_run_at, next_run_source=plan.source
+    )
+    endpoint.next_run_at = plan.next_run_at
+    endpoint.next_run_source = plan.source
+
+
+def _nudge_earlier(endpoint: Endpoint, now: datetime) -> Plan:
+    """A hint may bring the next run forward, never push an already planned run back;
+    the new cadence takes over from that run on."""
+    plan = plan_next_run(now, EndpointSchedule.from_endpoint(endpoint))
+    current = endpoint.next_run_at
+    if current is not None and current <= plan.next_run_at:
+        return Plan(current, endpoint.next_run_source)
+    _store_plan(endpoint, plan)
+    return plan
+
+
+def _history(
+    endpoint: Endpoint, kind: str, *, now: datetime, user: Any, session: Any, **values: Any
+) -> HintHistory:
+    return HintHistory.objects.create(
+        endpoint=endpoint,
+        kind=kind,
+        created_at=now,
+        created_by=user if getattr(user, "pk", None) else None,
+        session=session,
+        **values,
+    )
+
+
+def _refuse_archived(endpoint: Endpoint, action: str) -> None:
+    if endpoint.archived_at is not None:
+        raise OperationRefused(
+            f"{endpoint} is archived, so it cannot {action}; archived endpoints never run."
+        )
+
+
+def run_now(endpoint: Endpoint, *, now: datetime, user: Any = None) -> None:
+    """Make the endpoint due now, so the next tick runs it through the normal path."""
+    _refuse_archived(endpoint, "run")
+    if endpoint.job.status != JobStatus.ACTIVE:
+        raise OperationRefused(
+            f"Job {endpoint.job.name} is {endpoint.job.status}; resume the job first, "
+            "or use Test to call the endpoint once without scheduling."
+        )
+    if endpoint.is_paused(now):
+        raise OperationRefused(
+            f"{endpoint} is paused until {endpoint.paused_until:%Y-%m-%d %H:%M:%S} UTC; "
+            "resume it first, or use Test to call it once while paused."
+        )
+    updated = Endpoint.objects.filter(pk=endpoint.pk, claim_token__isnull=True).update(
+        next_run_at=now, next_run_source=Source.MANUAL
+    )
+    if not updated:
+        raise OperationRefused(_in_flight_message(endpoint, now))
+    endpoint.next_run_at, endpoint.next_run_source = now, Source.MANUAL
+    _log(logging.INFO, f"run now requested by {user or 'system'}", endpoint_id=endpoint.pk)
+
+
+def _in_flight_message(endpoint: Endpoint, now: datetime) -> str:
+    running = (
+        Run.objects.filter(endpoint_id=endpoint.pk, status=RunStatus.RUNNING)
+        .order_by("-started_at")
+        .first()
+    )
+    if running is None:
+        return f"{endpoint} is claimed and about to run; wait for that run to finish."
+    started = describe_delta(running.started_at - now)
+    return f"{endpoint} is running now (run {running.pk} started {started}); wait for it to finish."
+
+
+def test_endpoint(endpoint: Endpoint, *, now: datetime | None = None) -> Run:
+    """Call the endpoint once now and record a ``test`` run; the schedule is untouched.
+
+    Allowed while paused (that is when people check an endpoint by hand).
+    """
+    _refuse_archived(endpoint, "be tested")
+    started = now or timezone.now()
+    run = Run.objects.create(
+        endpoint=endpoint,
+        trigger=RunTrigger.TEST,
+        source=Source.MANUAL,
+        scheduled_for=started,
+        started_at=started,
+        request_method=endpoint.method,
+        request_url=endpoint.url,
+    )
+    result = perform_request(_request_for(endpoint))
+    finished = started + timedelta(milliseconds=max(int(result.duration_ms), 0))
+    Run.objects.filter(pk=run.pk).update(
+        status=RESULT_STATUS.get(result.status, RunStatus.FAILURE),
+        finished_at=max(finished, timezone.now()) if now is None else finished,
+        duration_ms=max(int(result.duration_ms), 0),
+        status_code=result.status_code,
+        response_body=result.body,
+        response_truncated=result.truncated,
+        response_size_bytes=result.size_bytes,
+        error=result.error or "",
+    )
+    run.refresh_from_db()
+    return run
+
+
+def pause_endpoint(
+    endpoint: Endpoint,
+    *,
+    now: datetime,
+    until: datetime | None,
+    reason: str = "",
+    user: Any = None,
+    session: Any = None,
+) -> HintHistory:
+    """Pause until ``until`` (None resumes). The next run moves to the end of the pause."""
+    if until is None:
+        return resume_endpoint(endpoint, now=now, reason=reason, user=user, session=session)
+    if until <= now:
+        raise OperationRefused(
+            f"Cannot pause until {until.isoformat()}: that is not in the future. "
+            "Pick a later time, or resume instead."
+        )
+    _refuse_archived(endpoint, "be paused")
+    Endpoint.objects.filter(pk=endpoint.pk).update(paused_until=until, pause_reason=reason)
+    endpoint.paused_until, endpoint.pause_reason = until, reason
+    recompute_next_run(endpoint, now=now)
+    return _history(
+        endpoint,
+        HintKind.PAUSE,
+        now=now,
+        user=user,
+        session=session,
+        paused_until=until,
+        reason=reason,
+    )
+
+
+def resume_endpoint(
+    endpoint: Endpoint, *, now: datetime, reason: str = "", user: Any = None, session: Any = None
+) -> HintHistory:
+    Endpoint.objects.filter(pk=endpoint.pk).update(paused_until=None, pause_reason="")
+    endpoint.paused_until, endpoint.pause_reason = None, ""
+    recompute_next_run(endpoint, now=now)
+    return _history(endpoint, HintKind.RESUME, now=now, user=user, session=session, reason=reason)
+
+
+def apply_hint(
+    endpoint: Endpoint,
+    *,
+    now: datetime,
+    interval_ms: int | None = None,
+    next_run_at: datetime | None = None,
+    ttl: timedelta,
+    reason: str,
+    user: Any = None,
+    session: Any = None,
+) -> HintHistory:
+    """Set the endpoint's active hint (one TTL covers both kinds) and nudge its next run.
+
+    The nudge only brings the next run forward: a relaxed interval applies from the next
+    run on, a tighter one or an earlier one-shot takes effect at once.
+    """
+    _validate_hint(interval_ms, next_run_at, ttl)
+    _refuse_archived(endpoint, "take hints")
+    values: dict[str, Any] = {"ai_hint_expires_at": now + ttl, "ai_hint_reason": reason}
+    if interval_ms is not None:
+        values["ai_hint_interval_ms"] = interval_ms
+    else:
+        values["ai_hint_next_run_at"] = next_run_at
+    Endpoint.objects.filter(pk=endpoint.pk).update(**values)
+    for name, value in values.items():
+        setattr(endpoint, name, value)
+    _nudge_earlier(endpoint, now)
+    return _history(
+        endpoint,
+        HintKind.INTERVAL if interval_ms is not None else HintKind.ONESHOT,
+        now=now,
+        user=user,
+        session=session,
+        interval_ms=interval_ms,
+        next_run_at=next_run_at,
+        expires_at=now + ttl,
+        reason=reason,
+    )
+
+
+def _validate_hint(interval_ms: int | None, next_run_at: datetime | None, ttl: timedelta) -> None:
+    if (interval_ms is None) == (next_run_at is None):
+        raise OperationRefused(
+            "Give exactly one of interval_ms (a new cadence) or next_run_at (a one-shot time)."
+        )
+    if interval_ms is not None and interval_ms < 1_000:
+        raise OperationRefused(f"A hinted interval must be at least 1000 ms; got {interval_ms}.")
+    if ttl <= timedelta(0):
+        raise OperationRefused(f"A hint needs a positive time to live; got {ttl}.")
+
+
+def clear_hints(
+    endpoint: Endpoint, *, now: datetime, reason: str = "", user: Any = None, session: Any = None
+) -> HintHistory:
+    """Drop the active hints and plan from the baseline again (a pending one-shot is cancelled)."""
+    Endpoint.objects.filter(pk=endpoint.pk).update(**NO_HINT)
+    for name, value in NO_HINT.items():
+        setattr(endpoint, name, value)
+    recompute_next_run(endpoint, now=now)
+    return _history(endpoint, HintKind.CLEAR, now=now, user=user, session=session, reason=reason)
+
+
+def reset_failures(endpoint: Endpoint, *, now: datetime, user: Any = None) -> None:
+    """Forget the failure streak, which also drops its backoff from the next run."""
+    Endpoint.objects.filter(pk=endpoint.pk).update(failure_count=0)
+    endpoint.failure_count = 0
+    _nudge_earlier(endpoint, now)
+    _log(logging.INFO, f"failures reset by {user or 'system'}", endpoint_id=endpoint.pk)
+
+
+def archive_endpoint(endpoint: Endpoint, *, now: datetime, user: Any = None) -> None:
+    """Archive: never claimed again. A run already in flight finishes and is kept."""
+    Endpoint.objects.filter(pk=endpoint.pk, archived_at__isnull=True).update(archived_at=now)
+    if endpoint.archived_at is None:
+        endpoint.archived_at = now
+    _log(logging.INFO, f"archived by {user or 'system'}", endpoint_id=endpoint.pk)
+
+
+def pause_job(job: Job, *, now: datetime, user: Any = None) -> None:
+    """Stop claiming the job's endpoints; their next runs stay planned for display.
+
+    The claim joins the job and skips it. A paused job's overdue endpoints stay in the
+    claim index and are read (and skipped) by each tick: fine for the few endpoints a
+    job has; resume_job plans them afresh.
+    """
+    if job.status == JobStatus.ARCHIVED:
+        raise OperationRefused(f"Job {job.name} is archived; archived jobs cannot be paused.")
+    Job.objects.filter(pk=job.pk).update(status=JobStatus.PAUSED, updated_at=now)
+    job.status = JobStatus.PAUSED
+    _log(logging.INFO, f"job {job.pk} paused by {user or 'system'}")
+
+
+def resume_job(job: Job, *, now: datetime, user: Any = None) -> None:
+    if job.status == JobStatus.ARCHIVED:
+        raise OperationRefused(f"Job {job.name} is archived; archived jobs cannot be resumed.")
+    Job.objects.filter(pk=job.pk).update(status=JobStatus.ACTIVE, updated_at=now)
+    job.status = JobStatus.ACTIVE
+    for endpoint in Endpoint.objects.live().filter(job=job).select_related("job"):
+        recompute_next_run(endpoint, now=now)
+    _log(logging.INFO, f"job {job.pk} resumed by {user or 'system'}")
+
+
+# --- Health ---------------------------------------------------------------------------
+
+
+def scheduler_health(*, now: datetime) -> dict[str, Any]:
+    """Numbers for scheduler_status, the dashboard and /readyz.
+
+    Keys: last_tick_at, last_tick_age_seconds (None before the first tick), due_backlog
+    (claimable endpoints already due), in_flight (running runs), lateness_p50_ms and
+    lateness_p95_ms (scheduled and retry runs started in the last hour, the latest
+    10 000 at most), runs_last_hour, failures_last_hour, zombies.
+    """
+    beat = Heartbeat.objects.filter(name="tick").first()
+    hour_ago = now - timedelta(hours=1)
+    recent = Run.objects.filter(started_at__gte=hour_ago, started_at__lte=now)
+    lateness = _lateness_sample(recent)
+    return {
+        "last_tick_at": beat.at if beat else None,
+        "last_tick_age_seconds": (now - beat.at).total_seconds() if beat else None,
+        "due_backlog": Endpoint.objects.filter(
+            Q(paused_until__isnull=True) | Q(paused_until__lte=now),
+            archived_at__isnull=True,
+            claim_token__isnull=True,
+            next_run_at__lte=now,
+            job__status=JobStatus.ACTIVE,
+        ).count(),
+        "in_flight": Run.objects.filter(status=RunStatus.RUNNING).count(),
+        "lateness_p50_ms": _percentile(lateness, 0.50),
+        "lateness_p95_ms": _percentile(lateness, 0.95),
+        "runs_last_hour": recent.count(),
+        "failures_last_hour": recent.filter(
+            status__in=[RunStatus.FAILURE, RunStatus.TIMEOUT, RunStatus.LOST]
+        ).count(),
+        "zombies": Run.objects.stale(now=now).count(),
+    }
+
+
+def _lateness_sample(recent: Any) -> list[float]:
+    rows = (
+        recent.filter(trigger__in=[RunTrigger.SCHEDULED, RunTrigger.RETRY])
+        .order_by("-started_at")
+        .values_list("started_at", "scheduled_for")[:HEALTH_LATENESS_SAMPLE]
+    )
+    return sorted(max((s - d).total_seconds() * 1000, 0.0) for s, d in rows)
+
+
+def _percentile(ordered: list[float], fraction: float) -> float | None:
+    if not ordered:
+        return None
+    index = min(len(ordered) - 1, round(fraction * (len(ordered) - 1)))
+    return round(ordered[index], 1)
