@@ -109,6 +109,12 @@ class Tenant(models.Model):
     def __str__(self) -> str:
         return self.name
 
+    def clean(self) -> None:
+        if self.min_interval_ms is not None and self.min_interval_ms < MIN_INTERVAL_MS:
+            raise ValidationError(
+                {"min_interval_ms": "The shortest interval allowed must be at least 1 s (1000 ms)."}
+            )
+
 
 class Job(models.Model):
     Status = JobStatus
@@ -139,6 +145,15 @@ class Job(models.Model):
 
     def __str__(self) -> str:
         return self.name
+
+    def clean(self) -> None:
+        if self.max_concurrent is not None and self.max_concurrent < 1:
+            raise ValidationError(
+                {
+                    "max_concurrent": "Allow at least 1 run at a time (1 = one at a time), "
+                    "or leave it empty for no limit."
+                }
+            )
 
 
 class EndpointQuerySet(models.QuerySet["Endpoint"]):
@@ -372,6 +387,12 @@ class Endpoint(models.Model):
             self.ai_hint_interval_ms is not None or self.ai_hint_next_run_at
         ) and not self.ai_hint_expires_at:
             add("ai_hint_expires_at", "A hint needs an expiry time.")
+        if self._name_taken():
+            add(
+                "name",
+                f"Job {self.job.name!r} already has an endpoint named {self.name!r}; "
+                "choose another name.",
+            )
         if errors:
             raise ValidationError(errors)
 
@@ -406,6 +427,13 @@ class Endpoint(models.Model):
                     "baseline_interval_ms",
                     f"This tenant's plan allows intervals of at least {floor} ms.",
                 )
+
+    def _name_taken(self) -> bool:
+        # Mirrors endpoints_endpoint_unique_name, blaming the field instead of the pair.
+        if not self.job_id or not self.name:
+            return False
+        twins = Endpoint.objects.filter(job_id=self.job_id, name=self.name)
+        return twins.exclude(pk=self.pk).exists() if self.pk else twins.exists()
 
     def is_paused(self, now: datetime) -> bool:
         return self.paused_until is not None and self.paused_until > now
@@ -481,6 +509,26 @@ class Run(models.Model):
 
     def __str__(self) -> str:
         return f"run {self.pk} of {self.endpoint_id} ({self.status})"
+
+    def clean(self) -> None:
+        errors: dict[str, str] = {}
+        if self.attempt is not None and self.attempt < 1:
+            errors["attempt"] = "The attempt number must be at least 1 (the first try is 1)."
+        if self.trigger == RunTrigger.SCHEDULED and self._slot_taken():
+            errors["scheduled_for"] = (
+                "This endpoint already has a scheduled run for this slot; a slot runs once."
+            )
+        if errors:
+            raise ValidationError(errors)
+
+    def _slot_taken(self) -> bool:
+        # Mirrors endpoints_run_one_per_slot, blaming the field instead of the constraint.
+        if not self.endpoint_id or not self.scheduled_for:
+            return False
+        twins = Run.objects.filter(
+            endpoint_id=self.endpoint_id, scheduled_for=self.scheduled_for, trigger=self.trigger
+        )
+        return twins.exclude(pk=self.pk).exists() if self.pk else twins.exists()
 
 
 class HintHistory(models.Model):
