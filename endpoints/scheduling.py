@@ -24,8 +24,9 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings
-from django.db import IntegrityError, connection, transaction
-from django.db.models import Count, Q
+from django.db import DatabaseError, IntegrityError, connection, transaction
+from django.db.models import Count, F, Q, Value
+from django.db.models.functions import Concat
 from django.utils import timezone
 
 from endpoints.executor import HttpRequest, HttpResult, NetworkPolicy, perform_request
@@ -48,6 +49,8 @@ logger = logging.getLogger("cronicorn.scheduler")
 
 PRUNE_BATCH_SIZE = 1_000
 HEALTH_LATENESS_SAMPLE = 10_000
+# After a scheduler error (not an endpoint failure) the endpoint is tried again this late.
+ERROR_RETRY = timedelta(minutes=1)
 RESULT_STATUS = {
     "success": RunStatus.SUCCESS,
     "failure": RunStatus.FAILURE,
@@ -108,7 +111,9 @@ class Claim:
         )
 
 
-def _log(level: int, message: str, *, claim: Claim | None = None, **ids: Any) -> None:
+def _log(
+    level: int, message: str, *, claim: Claim | None = None, exc: bool = False, **ids: Any
+) -> None:
     """One log line carrying endpoint id, run id, claim token and source, in text and extra."""
     context = {
         "endpoint_id": ids.get("endpoint_id", claim.endpoint_id if claim else None),
@@ -117,7 +122,7 @@ def _log(level: int, message: str, *, claim: Claim | None = None, **ids: Any) ->
         "source": claim.source if claim else ids.get("source"),
     }
     suffix = " ".join(f"{key}={value}" for key, value in context.items())
-    logger.log(level, "%s [%s]", message, suffix, extra=context)
+    logger.log(level, "%s [%s]", message, suffix, extra=context, exc_info=exc)
 
 
 # --- Claim ----------------------------------------------------------------------------
@@ -354,14 +359,13 @@ def execute_claim(claim: Claim, *, policy: NetworkPolicy | None = None) -> Run |
             return None
         run = _start_run(endpoint, claim, started)
     except Exception:
-        _log(logging.ERROR, "could not start the run", claim=claim, exc_info=True)
+        _log(logging.ERROR, "could not start the run; the lease will expire", claim=claim, exc=True)
         return None
     try:
         _perform_and_reschedule(endpoint, claim, run, started, policy)
     except Exception as exc:
-        _log(logging.ERROR, "run failed inside the scheduler", claim=claim, run_id=run.pk)
-        logger.exception("scheduler error in run %s", run.pk)
-        _record_internal_error(run, exc)
+        _log(logging.ERROR, "scheduler error during the run", claim=claim, run_id=run.pk, exc=True)
+        _recover(endpoint, claim, run, started, exc)
     return run
 
 
@@ -510,17 +514,24 @@ def _request_for(endpoint: Endpoint) -> HttpRequest:
 def _finish_run(run: Run, result: HttpResult, finished: datetime, claim: Claim) -> None:
     """Write the outcome onto the Run, unless the sweep already declared it lost."""
     status = RESULT_STATUS.get(result.status, RunStatus.FAILURE)
-    run.status = status
-    updated = Run.objects.filter(pk=run.pk, status=RunStatus.RUNNING).update(
-        status=status,
-        finished_at=finished,
-        duration_ms=max(int(result.duration_ms), 0),
-        status_code=result.status_code,
-        response_body=result.body,
-        response_truncated=result.truncated,
-        response_size_bytes=result.size_bytes,
-        error=result.error or "",
-    )
+    outcome: dict[str, Any] = {
+        "status": status,
+        "finished_at": finished,
+        "duration_ms": max(int(result.duration_ms), 0),
+        "status_code": result.status_code,
+        "response_body": result.body,
+        "response_truncated": result.truncated,
+        "response_size_bytes": result.size_bytes,
+        "error": result.error or "",
+    }
+    running = Run.objects.filter(pk=run.pk, status=RunStatus.RUNNING)
+    try:
+        with transaction.atomic():
+            updated = running.update(**outcome)
+    except DatabaseError as exc:  # e.g. a NUL character, which PostgreSQL's jsonb refuses
+        outcome["response_body"] = None
+        outcome["error"] = f"{outcome['error']} (the response body could not be stored: {exc})"
+        updated = running.update(**outcome)
     level = logging.DEBUG if status == RunStatus.SUCCESS else logging.INFO
     if not updated:
         level = logging.WARNING
@@ -528,12 +539,25 @@ def _finish_run(run: Run, result: HttpResult, finished: datetime, claim: Claim) 
     _log(level, f"run {word} in {result.duration_ms} ms", claim=claim, run_id=run.pk)
 
 
-def _record_internal_error(run: Run, exc: Exception) -> None:
-    Run.objects.filter(pk=run.pk, status=RunStatus.RUNNING).update(
-        status=RunStatus.FAILURE,
-        finished_at=timezone.now(),
-        error=f"Scheduler error: {type(exc).__name__}: {exc}",
-    )
+def _recover(endpoint: Endpoint, claim: Claim, run: Run, started: datetime, exc: Exception) -> None:
+    """Record the error on the run and try again later, so one broken endpoint (a corrupt
+    schedule, a body the database refuses) neither loops nor holds its lease."""
+    now = timezone.now()
+    note = f"Scheduler error: {type(exc).__name__}: {exc}"
+    try:
+        Run.objects.filter(pk=run.pk, status=RunStatus.RUNNING).update(
+            status=RunStatus.FAILURE, finished_at=now
+        )
+        Run.objects.filter(pk=run.pk).update(error=Concat(F("error"), Value(f"\n{note}")))
+        Endpoint.objects.filter(pk=endpoint.pk, claim_token=claim.claim_token).update(
+            last_run_at=started,
+            next_run_at=now + ERROR_RETRY,
+            failure_count=F("failure_count") + 1,
+            locked_until=None,
+            claim_token=None,
+        )
+    except Exception:
+        _log(logging.ERROR, "could not record the error", claim=claim, run_id=run.pk, exc=True)
 
 
 def _reschedule(

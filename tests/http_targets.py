@@ -1,0 +1,120 @@
+"""A real HTTP server on 127.0.0.1 for the engine's tests: it records every request's
+arrival time and answers each path as told (status, JSON body, delay, or hold until
+released)."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+
+@dataclass
+class Reply:
+    status: int = 200
+    body: Any = None  # JSON; None means {"ok": true, "path": ..., "n": ...}
+    raw: bytes | None = None  # sent as text/plain instead of JSON
+    delay: float = 0.0
+    hold: threading.Event | None = None  # block until set (bounded by 60 s)
+
+
+@dataclass(frozen=True)
+class Hit:
+    path: str
+    method: str
+    at: float  # time.time() on arrival
+    body: bytes
+    headers: dict[str, str] = field(default_factory=dict)
+
+
+class TargetServer:
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._hits: list[Hit] = []
+        self._replies: dict[str, Reply] = {}
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler_class())
+        self._server.daemon_threads = True
+        self._server.request_queue_size = 256
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+        self._thread.start()
+
+    def __enter__(self) -> TargetServer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        for reply in self._replies.values():
+            if reply.hold is not None:
+                reply.hold.set()
+        self._server.shutdown()
+        self._server.server_close()
+
+    def url(self, path: str = "/") -> str:
+        host, port = self._server.server_address[:2]
+        return f"http://{host!s}:{port}{path}"
+
+    def reply(self, path: str, **kwargs: Any) -> Reply:
+        reply = Reply(**kwargs)
+        self._replies[path] = reply
+        return reply
+
+    def hits(self, path: str | None = None) -> list[Hit]:
+        with self._lock:
+            return [hit for hit in self._hits if path is None or hit.path == path]
+
+    def wait_for(self, condition: Callable[[], bool], *, timeout: float) -> bool:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if condition():
+                return True
+            time.sleep(0.01)
+        return condition()
+
+    def _record(self, hit: Hit) -> int:
+        with self._lock:
+            self._hits.append(hit)
+            return sum(1 for h in self._hits if h.path == hit.path)
+
+    def _handler_class(self) -> type[BaseHTTPRequestHandler]:
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, format: str, *args: Any) -> None:
+                pass
+
+            def _serve(self) -> None:
+                arrived = time.time()
+                length = int(self.headers.get("Content-Length") or 0)
+                body = self.rfile.read(length) if length else b""
+                path = self.path.split("?")[0]
+                count = server._record(Hit(path, self.command, arrived, body, dict(self.headers)))
+                reply = server._replies.get(path, Reply())
+                if reply.hold is not None:
+                    reply.hold.wait(timeout=60)
+                if reply.delay:
+                    time.sleep(reply.delay)
+                if reply.raw is not None:
+                    payload, kind = reply.raw, "text/plain; charset=utf-8"
+                else:
+                    data = reply.body if reply.body is not None else {"ok": True, "n": count}
+                    payload, kind = json.dumps(data).encode(), "application/json"
+                try:
+                    self.send_response(reply.status)
+                    self.send_header("Content-Type", kind)
+                    self.send_header("Content-Length", str(len(payload)))
+                    self.end_headers()
+                    self.wfile.write(payload)
+                except OSError:
+                    pass  # the client gave up (timeout); nothing to tell it
+
+            do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = _serve
+
+        return Handler

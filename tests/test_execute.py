@@ -1,0 +1,313 @@
+"""Executing a claim: the Run record, and the reschedule of DESIGN.md "Life of a run" step 4."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from datetime import timedelta
+
+import pytest
+from django.db import connection, connections
+from django.utils import timezone
+
+from endpoints.models import Endpoint, Run, RunStatus, RunTrigger, Source
+from endpoints.scheduling import (
+    Claim,
+    apply_hint,
+    claim_due_endpoints,
+    execute_claim,
+)
+from tests.http_targets import TargetServer
+
+pytestmark = pytest.mark.django_db
+
+S = timedelta(seconds=1)
+
+
+@pytest.fixture(autouse=True)
+def _loopback_allowed(settings):
+    settings.CRONICORN_ALLOW_PRIVATE_ADDRESSES = True
+
+
+@pytest.fixture
+def target() -> Iterator[TargetServer]:
+    with TargetServer() as server:
+        yield server
+
+
+def due_claim(endpoint: Endpoint) -> Claim:
+    """Make the endpoint due right now and claim it."""
+    now = timezone.now()
+    Endpoint.objects.filter(pk=endpoint.pk).update(next_run_at=now)
+    claims = claim_due_endpoints(now=now, limit=100, horizon_ms=0)
+    return next(c for c in claims if c.endpoint_id == endpoint.pk)
+
+
+def test_a_successful_run_is_recorded_and_the_next_run_planned_from_its_start(
+    make_endpoint, target
+):
+    target.reply("/ok", body={"queue_depth": 3})
+    endpoint = make_endpoint(url=target.url("/ok"), baseline_interval_ms=60_000)
+    claim = due_claim(endpoint)
+    endpoint.refresh_from_db()
+    lease = endpoint.locked_until
+
+    run = execute_claim(claim)
+
+    assert run is not None
+    run.refresh_from_db()
+    assert run.status == RunStatus.SUCCESS
+    assert (run.trigger, run.source, run.attempt) == (RunTrigger.SCHEDULED, "baseline-interval", 1)
+    assert run.scheduled_for == claim.scheduled_for <= run.started_at < run.finished_at
+    assert (run.claim_token, run.lease_expires_at) == (claim.claim_token, lease)
+    assert (run.request_method, run.request_url) == ("GET", target.url("/ok"))
+    assert (run.status_code, run.response_body) == (200, {"queue_depth": 3})
+    assert run.duration_ms is not None and run.error == ""
+    endpoint.refresh_from_db()
+    assert endpoint.last_run_at == run.started_at
+    assert endpoint.next_run_at == run.started_at + 60 * S
+    assert endpoint.next_run_source == Source.BASELINE_INTERVAL
+    assert (endpoint.claim_token, endpoint.locked_until, endpoint.failure_count) == (None, None, 0)
+
+
+def test_a_failure_counts_before_planning_so_the_backoff_starts_with_it(make_endpoint, target):
+    target.reply("/down", status=503, body={"error": "maintenance"})
+    endpoint = make_endpoint(url=target.url("/down"), baseline_interval_ms=10_000)
+
+    run = execute_claim(due_claim(endpoint))
+
+    run.refresh_from_db()
+    assert (run.status, run.status_code) == (RunStatus.FAILURE, 503)
+    assert "503" in run.error
+    endpoint.refresh_from_db()
+    assert endpoint.failure_count == 1
+    assert endpoint.next_run_at == run.started_at + 20 * S
+
+
+def test_a_success_after_failures_ends_the_backoff_at_once(make_endpoint, target):
+    endpoint = make_endpoint(url=target.url("/ok"), baseline_interval_ms=10_000, failure_count=4)
+    run = execute_claim(due_claim(endpoint))
+    endpoint.refresh_from_db()
+    assert endpoint.failure_count == 0
+    assert endpoint.next_run_at == run.started_at + 10 * S
+
+
+def test_a_request_past_its_timeout_is_recorded_as_a_timeout_and_counts_as_a_failure(
+    make_endpoint, target
+):
+    target.reply("/slow", delay=2.0)
+    endpoint = make_endpoint(url=target.url("/slow"), timeout_ms=1_000)
+    run = execute_claim(due_claim(endpoint))
+    run.refresh_from_db()
+    assert run.status == RunStatus.TIMEOUT
+    assert "timed out" in run.error
+    assert 900 <= run.duration_ms < 1_900
+    endpoint.refresh_from_db()
+    assert endpoint.failure_count == 1
+
+
+def test_an_unreachable_endpoint_is_a_failure_with_a_clear_error(make_endpoint):
+    endpoint = make_endpoint(url="http://127.0.0.1:9/nothing-listens-here")
+    run = execute_claim(due_claim(endpoint))
+    run.refresh_from_db()
+    assert run.status == RunStatus.FAILURE
+    assert run.error
+    endpoint.refresh_from_db()
+    assert endpoint.claim_token is None
+
+
+def test_expired_hints_are_cleared_by_the_run(make_endpoint, target):
+    past = timezone.now() - S
+    endpoint = make_endpoint(
+        url=target.url("/"),
+        ai_hint_interval_ms=5_000,
+        ai_hint_expires_at=past,
+        ai_hint_reason="old advice",
+    )
+    run = execute_claim(due_claim(endpoint))
+    endpoint.refresh_from_db()
+    assert endpoint.ai_hint_interval_ms is None
+    assert endpoint.ai_hint_expires_at is None
+    assert endpoint.ai_hint_reason == ""
+    assert endpoint.next_run_at == run.started_at + 60 * S
+
+
+def test_a_consumed_one_shot_is_cleared_and_a_fresh_interval_hint_kept(make_endpoint, target):
+    now = timezone.now()
+    endpoint = make_endpoint(
+        url=target.url("/"),
+        ai_hint_interval_ms=7_000,
+        ai_hint_next_run_at=now,
+        ai_hint_expires_at=now + timedelta(hours=1),
+        ai_hint_reason="tighten",
+    )
+    run = execute_claim(due_claim(endpoint))
+    endpoint.refresh_from_db()
+    assert endpoint.ai_hint_next_run_at is None
+    assert endpoint.ai_hint_interval_ms == 7_000
+    assert endpoint.ai_hint_reason == "tighten"
+    assert endpoint.next_run_at == run.started_at + 7 * S
+    assert endpoint.next_run_source == Source.AI_INTERVAL
+
+
+def test_a_one_shot_still_ahead_survives_the_run_and_sets_the_next_run(make_endpoint, target):
+    later = timezone.now() + 20 * S
+    endpoint = make_endpoint(
+        url=target.url("/"),
+        ai_hint_next_run_at=later,
+        ai_hint_expires_at=later + timedelta(hours=1),
+    )
+    execute_claim(due_claim(endpoint))
+    endpoint.refresh_from_db()
+    assert endpoint.ai_hint_next_run_at == later
+    assert (endpoint.next_run_at, endpoint.next_run_source) == (later, Source.AI_ONESHOT)
+
+
+def test_a_run_slower_than_its_interval_is_planned_from_its_end(make_endpoint, target):
+    target.reply("/slow", delay=1.3)
+    endpoint = make_endpoint(url=target.url("/slow"), baseline_interval_ms=1_000)
+    run = execute_claim(due_claim(endpoint))
+    run.refresh_from_db()
+    endpoint.refresh_from_db()
+    assert run.started_at + S < run.finished_at
+    assert endpoint.next_run_at == run.finished_at + S
+
+
+def test_a_pause_reaching_past_the_run_sets_the_next_run_to_its_end(make_endpoint, target):
+    endpoint = make_endpoint(url=target.url("/"))
+    claim = due_claim(endpoint)
+    until = timezone.now() + timedelta(minutes=5)
+    # The pause lands between the claim and the run: the run does not happen.
+    Endpoint.objects.filter(pk=endpoint.pk).update(paused_until=until, next_run_at=until)
+    assert execute_claim(claim) is None
+    assert target.hits() == []
+    endpoint.refresh_from_db()
+    assert (endpoint.claim_token, endpoint.next_run_at) == (None, until)
+
+
+def test_a_stale_or_duplicate_claim_does_nothing(make_endpoint, target):
+    endpoint = make_endpoint(url=target.url("/"))
+    claim = due_claim(endpoint)
+    assert execute_claim(claim) is not None
+    assert execute_claim(claim) is None  # the same message delivered twice
+    assert len(target.hits()) == 1
+    assert Run.objects.filter(endpoint=endpoint).count() == 1
+
+
+def test_a_reclaimed_slot_after_a_lost_run_is_a_retry_of_it(make_endpoint, target):
+    endpoint = make_endpoint(url=target.url("/"), timeout_ms=1_000)
+    first = due_claim(endpoint)
+    endpoint.refresh_from_db()
+    # The worker created its run and died: the row stays running, the lease runs out.
+    dead = Run.objects.create(
+        endpoint=endpoint,
+        scheduled_for=first.scheduled_for,
+        started_at=first.scheduled_for,
+        claim_token=first.claim_token,
+        lease_expires_at=endpoint.locked_until,
+    )
+    [second] = claim_due_endpoints(now=endpoint.locked_until, limit=10, horizon_ms=0)
+    assert second.scheduled_for == first.scheduled_for
+
+    retry = execute_claim(second)
+
+    retry.refresh_from_db()
+    dead.refresh_from_db()
+    assert (retry.trigger, retry.attempt, retry.retry_of_id) == (RunTrigger.RETRY, 2, dead.pk)
+    assert retry.status == RunStatus.SUCCESS
+    assert dead.status == RunStatus.LOST
+    assert "lease expired" in dead.error
+    assert execute_claim(first) is None  # the dead worker's message, redelivered
+
+
+def test_a_body_the_database_refuses_is_dropped_and_the_run_still_recorded(make_endpoint, target):
+    target.reply("/nul", raw=b"bad\x00byte")
+    endpoint = make_endpoint(url=target.url("/nul"))
+    run = execute_claim(due_claim(endpoint))
+    run.refresh_from_db()
+    assert (run.status, run.status_code) == (RunStatus.SUCCESS, 200)
+    if connection.vendor == "postgresql":  # jsonb cannot hold NUL; SQLite keeps it
+        assert run.response_body is None
+        assert "could not be stored" in run.error
+    endpoint.refresh_from_db()
+    assert endpoint.claim_token is None
+    assert endpoint.next_run_at == run.started_at + 60 * S
+
+
+def test_a_corrupt_schedule_is_recorded_on_the_run_and_retried_later_not_in_a_loop(
+    make_endpoint, target
+):
+    endpoint = make_endpoint(url=target.url("/"), baseline_cron="*/5 * * * *")
+    claim = due_claim(endpoint)
+    Endpoint.objects.filter(pk=endpoint.pk).update(baseline_cron="not a cron")
+
+    run = execute_claim(claim)
+
+    run.refresh_from_db()
+    assert run.status == RunStatus.SUCCESS
+    assert "Scheduler error" in run.error
+    endpoint.refresh_from_db()
+    assert endpoint.claim_token is None
+    assert endpoint.next_run_at >= run.started_at + 59 * S
+    assert endpoint.failure_count == 1
+
+
+def _execute_in_thread(claim: Claim) -> tuple[threading.Thread, list[Run | None]]:
+    result: list[Run | None] = []
+
+    def work() -> None:
+        try:
+            result.append(execute_claim(claim))
+        finally:
+            connections.close_all()
+
+    thread = threading.Thread(target=work)
+    thread.start()
+    return thread, result
+
+
+def test_a_lost_lease_keeps_the_run_but_leaves_the_endpoint_to_its_new_owner(
+    transactional_db, make_endpoint, target
+):
+    hold = threading.Event()
+    target.reply("/held", hold=hold)
+    endpoint = make_endpoint(url=target.url("/held"))
+    claim = due_claim(endpoint)
+    thread, result = _execute_in_thread(claim)
+    assert target.wait_for(lambda: target.hits(), timeout=10)
+    other = claim.claim_token.hex[::-1]  # another claimer took over the slot
+    Endpoint.objects.filter(pk=endpoint.pk).update(claim_token=other)
+    hold.set()
+    thread.join(timeout=20)
+
+    [run] = result
+    run.refresh_from_db()
+    assert run.status == RunStatus.SUCCESS
+    endpoint.refresh_from_db()
+    assert endpoint.claim_token.hex == other
+    assert endpoint.next_run_at == claim.scheduled_for
+    assert endpoint.last_run_at is None
+
+
+def test_a_hint_applied_during_the_run_is_kept_and_planned_with(
+    transactional_db, make_endpoint, target
+):
+    hold = threading.Event()
+    target.reply("/held", hold=hold)
+    endpoint = make_endpoint(url=target.url("/held"), baseline_interval_ms=600_000)
+    claim = due_claim(endpoint)
+    thread, result = _execute_in_thread(claim)
+    assert target.wait_for(lambda: target.hits(), timeout=10)
+    endpoint.refresh_from_db()
+    apply_hint(
+        endpoint, now=timezone.now(), interval_ms=5_000, ttl=timedelta(hours=1), reason="busy"
+    )
+    hold.set()
+    thread.join(timeout=20)
+
+    [run] = result
+    endpoint.refresh_from_db()
+    assert endpoint.ai_hint_interval_ms == 5_000
+    assert endpoint.next_run_source == Source.AI_INTERVAL
+    assert endpoint.next_run_at == run.started_at + 5 * S
+    assert endpoint.claim_token is None
