@@ -7,7 +7,9 @@ malformed, so a typo stops the process at start instead of misbehaving later.
 
 from __future__ import annotations
 
+import math
 import os
+import re
 import secrets
 from pathlib import Path
 
@@ -18,7 +20,8 @@ BASE_DIR = Path(__file__).resolve().parent.parent
 
 
 def env_str(name: str, default: str) -> str:
-    return os.environ.get(name, default)
+    # Empty means unset, as for the other helpers (a bare `NAME=` line in an .env file).
+    return os.environ.get(name) or default
 
 
 def env_bool(name: str, default: bool) -> bool:
@@ -54,6 +57,8 @@ def env_float(name: str, default: float, *, minimum: float | None = None) -> flo
         value = float(raw)
     except ValueError:
         raise ImproperlyConfigured(f"{name}={raw!r} is not a number.") from None
+    if not math.isfinite(value):
+        raise ImproperlyConfigured(f"{name}={raw!r} is not a finite number.")
     if minimum is not None and value < minimum:
         raise ImproperlyConfigured(f"{name}={value} is too small; it must be at least {minimum}.")
     return value
@@ -145,8 +150,11 @@ DATABASE_URL = env_str("DATABASE_URL", f"sqlite:///{BASE_DIR / 'db.sqlite3'}")
 try:
     _database = dj_database_url.parse(DATABASE_URL, conn_max_age=60)
 except (ValueError, KeyError) as exc:
+    # The URL may carry a password: show it masked, and not the parser's echo of it.
+    _shown = re.sub(r"(://[^:/@]*:)[^@]*@", r"\1••••@", DATABASE_URL)
+    _reason = str(exc).replace(DATABASE_URL, _shown)
     raise ImproperlyConfigured(
-        f"DATABASE_URL={DATABASE_URL!r} is not understood ({exc}); use e.g. "
+        f"DATABASE_URL={_shown!r} is not understood ({_reason}); use e.g. "
         "postgres://user@127.0.0.1:5432/name or sqlite:///path/to/file.sqlite3."
     ) from None
 if _database["ENGINE"] == "django.db.backends.sqlite3":
