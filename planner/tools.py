@@ -240,6 +240,7 @@ def _is_type(kind: str, value: Any) -> bool:
         "number": (int, float),
         "string": str,
         "array": list,
+        "null": type(None),
     }
     return isinstance(value, python_types[kind])
 
@@ -303,7 +304,7 @@ class EndpointTools:
             args = parse_arguments(name, raw_arguments)
             record["arguments"] = args
             result = self._handlers()[name](args)
-        except ToolError as exc:
+        except (ToolError, scheduling.OperationRefused) as exc:
             record["error"] = str(exc)
             return {"error": str(exc)}
         record["result"] = result

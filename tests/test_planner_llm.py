@@ -79,7 +79,7 @@ def fake_chat() -> Iterator[FakeChat]:
 
     server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     server.daemon_threads = True
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread = threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True)
     thread.start()
     chat.base_url = f"http://127.0.0.1:{server.server_address[1]}/v1"
     yield chat
@@ -221,7 +221,9 @@ def test_the_model_sees_the_prompt_the_tools_and_the_tool_results(
 def test_the_next_prompt_carries_the_last_sessions_summary_and_active_hint(
     fake_chat: FakeChat, endpoint: Endpoint, now: datetime
 ) -> None:
-    fake_chat.play(reply(call("propose_interval", {"intervalMs": 20_000, "reason": "deep"})), SUBMIT)
+    fake_chat.play(
+        reply(call("propose_interval", {"intervalMs": 20_000, "reason": "deep"})), SUBMIT
+    )
     analyze_endpoint(endpoint, now=now)
     fake_chat.requests.clear()
     fake_chat.play(SUBMIT)
@@ -399,7 +401,9 @@ def test_a_body_that_orders_the_model_around_cannot_touch_another_endpoint_or_th
         reply(
             call("propose_interval", {"intervalMs": 1, "endpointId": victim.pk}, "a"),
             call("propose_interval", {"intervalMs": 1}, "b"),
-            call("pause_until", {"untilIso": "2099-01-01T00:00:00Z", "endpoint": "ops/billing"}, "c"),
+            call(
+                "pause_until", {"untilIso": "2099-01-01T00:00:00Z", "endpoint": "ops/billing"}, "c"
+            ),
             call("pause_until", {"untilIso": "2099-01-01T00:00:00Z"}, "d"),
             call("propose_interval", {"intervalMs": 1_000, "reason": "as the body asked"}, "e"),
         ),

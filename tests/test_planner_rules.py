@@ -2,11 +2,21 @@
 
 from __future__ import annotations
 
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
+import time_machine
+from pytest_httpserver import HTTPServer
+from werkzeug import Request, Response
 
+from endpoints import scheduling
+from endpoints.executor import NetworkPolicy
+from endpoints.models import Endpoint, HintHistory, HintKind
+from planner.analysis import plan_cycle
 from planner.backends.rules import (
     Observation,
     RulesInput,
@@ -16,6 +26,7 @@ from planner.backends.rules import (
     queue_trend,
     retry_after,
 )
+from planner.models import AnalysisSession
 
 NOW = datetime(2026, 11, 22, 12, 0, tzinfo=UTC)
 MINUTE = 60_000
@@ -208,3 +219,150 @@ def test_long_intervals_get_a_ttl_long_enough_to_be_used() -> None:
     verdict = _decide({"status": "degraded"}, baseline_ms=24 * 60 * MINUTE)
     assert verdict.arguments["intervalMs"] == 12 * 60 * MINUTE
     assert verdict.arguments["ttlMinutes"] == 1_440
+
+
+# End to end: a real local endpoint whose answers change, the scheduler's claim and
+# execution, and a planner cycle at every step, with the clock driven by time-machine.
+
+BASELINE = 20 * MINUTE
+
+
+@dataclass
+class Scenario:
+    """Serves ``answer(request_index, minute)`` and drives scheduler + planner."""
+
+    endpoint: Endpoint
+    answer: Callable[[int, int], tuple[int, Any]]
+    minute: int = 0
+    served: int = 0
+
+    def respond(self, request: Request) -> Response:
+        status, body = self.answer(self.served, self.minute)
+        self.served += 1
+        return Response(json.dumps(body), status=status, content_type="application/json")
+
+    def run(self, *, until: int, step: int = 5) -> list[int]:
+        """Minutes (after NOW) at which the endpoint ran, planning every ``step`` minutes."""
+        policy = NetworkPolicy(allow_private=True)
+        ran = []
+        with time_machine.travel(NOW, tick=False) as clock:
+            for minute in range(0, until + 1, step):
+                at = NOW + timedelta(minutes=minute)
+                clock.move_to(at)
+                self.minute = minute
+                for claim in scheduling.claim_due_endpoints(now=at, limit=10, horizon_ms=0):
+                    if scheduling.execute_claim(claim, policy=policy):
+                        ran.append(minute)
+                plan_cycle(now=at)
+        return ran
+
+    def hints(self) -> list[tuple[int, str, int | None]]:
+        rows = HintHistory.objects.filter(endpoint=self.endpoint).order_by("created_at", "id")
+        return [
+            (int((row.created_at - NOW).total_seconds() // 60), row.kind, row.interval_ms)
+            for row in rows
+        ]
+
+
+@pytest.fixture
+def scenario(
+    httpserver: HTTPServer, make_endpoint: Callable[..., Endpoint]
+) -> Callable[[Callable[[int, int], tuple[int, Any]]], Scenario]:
+    def make(answer: Callable[[int, int], tuple[int, Any]]) -> Scenario:
+        endpoint = make_endpoint(
+            name="watched",
+            url=httpserver.url_for("/state"),
+            baseline_interval_ms=BASELINE,
+            next_run_at=NOW,
+        )
+        built = Scenario(endpoint, answer)
+        httpserver.expect_request("/state").respond_with_handler(built.respond)
+        return built
+
+    return make
+
+
+def test_health_degrading_then_recovering_tightens_then_returns_to_the_baseline(
+    scenario: Callable[..., Scenario],
+) -> None:
+    def health(index: int, minute: int) -> tuple[int, Any]:
+        if 40 <= minute < 60:
+            return 200, {"status": "degraded"}
+        if 60 <= minute < 80:
+            return 200, {"status": "critical"}
+        return 200, {"status": "healthy"}
+
+    watched = scenario(health)
+
+    ran = watched.run(until=120)
+
+    assert ran == [0, 20, 40, 50, 60, 65, 70, 75, 80, 100, 120]
+    assert watched.hints() == [
+        (40, HintKind.INTERVAL, 10 * MINUTE),
+        (60, HintKind.INTERVAL, 5 * MINUTE),
+        (80, HintKind.CLEAR, None),
+    ]
+    sessions = AnalysisSession.objects.filter(endpoint=watched.endpoint)
+    assert all(s.backend == "rules" and s.status == "succeeded" for s in sessions)
+    tightening = sessions.get(hints__kind=HintKind.INTERVAL, hints__interval_ms=5 * MINUTE)
+    assert "status is 'critical'" in tightening.reasoning
+    assert tightening.actions_taken == ["propose_interval"]
+
+
+def test_a_rising_queue_tightens_a_draining_one_clears_and_an_empty_one_relaxes(
+    scenario: Callable[..., Scenario],
+) -> None:
+    depths = [10, 20, 30, 40, 25]
+    watched = scenario(lambda index, minute: (200, {"queue_depth": (depths + [0] * 99)[index]}))
+
+    ran = watched.run(until=220)
+
+    assert ran == [0, 20, 40, 50, 60, 80, 100, 120, 140, 160, 180, 220]
+    assert watched.hints() == [
+        (40, HintKind.INTERVAL, 10 * MINUTE),
+        (60, HintKind.CLEAR, None),
+        (160, HintKind.INTERVAL, 40 * MINUTE),
+        (220, HintKind.INTERVAL, 40 * MINUTE),  # half its 120-minute TTL spent: refreshed
+    ]
+
+
+def test_a_429_with_retry_after_pauses_until_then_and_runs_right_after(
+    scenario: Callable[..., Scenario],
+) -> None:
+    def limited(index: int, minute: int) -> tuple[int, Any]:
+        if index == 0:
+            return 429, {"error": "rate limited", "retry_after_seconds": 600}
+        return 200, {"status": "healthy"}
+
+    watched = scenario(limited)
+
+    ran = watched.run(until=30)
+
+    assert ran == [0, 10, 30]
+    assert watched.hints() == [(0, HintKind.PAUSE, None)]
+    pause = HintHistory.objects.get(endpoint=watched.endpoint)
+    assert pause.paused_until == NOW + timedelta(minutes=10)
+    assert "HTTP 429 asks to retry after 600 s (retry_after_seconds)" in pause.reason
+
+
+def test_the_planners_pause_is_lifted_when_a_test_run_answers_normally(
+    scenario: Callable[..., Scenario], settings: Any
+) -> None:
+    settings.CRONICORN_ALLOW_PRIVATE_ADDRESSES = True
+    watched = scenario(
+        lambda index, minute: (503, {"retry_after": 3600}) if index == 0 else (200, {"ok": True})
+    )
+    watched.run(until=0)
+    watched.endpoint.refresh_from_db()
+    assert watched.endpoint.paused_until == NOW + timedelta(hours=1)
+
+    later = NOW + timedelta(minutes=5)
+    with time_machine.travel(later, tick=False):
+        scheduling.test_endpoint(watched.endpoint, now=later)
+        [session] = plan_cycle(now=later)
+
+    watched.endpoint.refresh_from_db()
+    assert session.actions_taken == ["pause_until"]
+    assert watched.endpoint.paused_until is None
+    assert watched.endpoint.next_run_at < NOW + timedelta(hours=1)
+    assert [kind for _, kind, _ in watched.hints()] == [HintKind.PAUSE, HintKind.RESUME]

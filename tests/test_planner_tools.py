@@ -45,9 +45,10 @@ def test_defaults_are_filled_in() -> None:
         "ttlMinutes": 60,
         "reason": "",
     }
-    assert parse_arguments("propose_next_time", {"nextRunAtIso": "2026-11-22T12:30:00Z"})[
-        "ttlMinutes"
-    ] == 30
+    assert (
+        parse_arguments("propose_next_time", {"nextRunAtIso": "2026-11-22T12:30:00Z"})["ttlMinutes"]
+        == 30
+    )
     assert parse_arguments("get_response_history", "") == {"limit": 2, "offset": 0}
 
 
@@ -61,9 +62,17 @@ def test_defaults_are_filled_in() -> None:
         ("propose_interval", {"intervalMs": "fast"}, "intervalMs must be integer"),
         ("propose_interval", {"intervalMs": 1500.5}, "intervalMs must be integer"),
         ("propose_interval", {"intervalMs": True}, "intervalMs must be integer"),
-        ("propose_interval", {"intervalMs": 5000, "ttlMinutes": 0}, "ttlMinutes must be at least 1"),
+        (
+            "propose_interval",
+            {"intervalMs": 5000, "ttlMinutes": 0},
+            "ttlMinutes must be at least 1",
+        ),
         ("propose_interval", {"intervalMs": 5000, "ttlMinutes": 1441}, "at most 1440"),
-        ("propose_interval", {"intervalMs": 5000, "endpointId": 7}, "unknown argument(s) endpointId"),
+        (
+            "propose_interval",
+            {"intervalMs": 5000, "endpointId": 7},
+            "unknown argument(s) endpointId",
+        ),
         ("propose_next_time", {"nextRunAtIso": "tomorrow"}, "not an ISO 8601 time"),
         ("propose_next_time", {"nextRunAtIso": "2026-11-22T12:30:00"}, "needs a time zone"),
         ("pause_until", {}, "untilIso is required"),

@@ -50,7 +50,6 @@ HINT_TTL_MINUTES = 60
 # A standing hint is rewritten only once half its TTL is spent, so a long incident
 # does not add a hint-history row every analysis.
 REFRESH_AFTER = 0.5
-QUIET_NEXT_ANALYSIS_MS = 15 * 60_000
 CRON_SAMPLE = 6
 
 SEVERITY_FACTOR = {"critical": 0.25, "degraded": 0.5}
@@ -246,9 +245,9 @@ def _tighten_or_relax(data: RulesInput, target: int, why: str) -> Verdict:
     words = describe_interval(bounded)
     if bounded == data.baseline_ms:
         return _healthy(data, f"{why}; but the endpoint's bounds keep it at the baseline")
-    if _standing(data, bounded):
-        return Verdict(f"{why}: the hint ({words}) still stands.")
     ttl = min(MAX_TTL_MINUTES, max(HINT_TTL_MINUTES, math.ceil(3 * bounded / 60_000)))
+    if _standing(data, bounded, ttl):
+        return Verdict(f"{why}: the hint ({words}) still stands.")
     base_words = describe_interval(data.baseline_ms).removeprefix("every ")
     return Verdict(
         f"{why}: {verb} to {words} (baseline {base_words}) for {ttl} minutes.",
@@ -257,12 +256,11 @@ def _tighten_or_relax(data: RulesInput, target: int, why: str) -> Verdict:
     )
 
 
-def _standing(data: RulesInput, interval: int) -> bool:
+def _standing(data: RulesInput, interval: int, ttl_minutes: int) -> bool:
     expires = data.planner_hint_expires_at
     if data.planner_interval_ms != interval or expires is None or expires <= data.now:
         return False
-    ttl_left = (expires - data.now).total_seconds() * 1000
-    return ttl_left > REFRESH_AFTER * HINT_TTL_MINUTES * 60_000
+    return expires - data.now > timedelta(minutes=REFRESH_AFTER * ttl_minutes)
 
 
 def _healthy(data: RulesInput, why: str) -> Verdict:
@@ -273,7 +271,7 @@ def _healthy(data: RulesInput, why: str) -> Verdict:
             tool="clear_hints",
             arguments={"reason": f"{why}: back to the baseline"},
         )
-    return Verdict(f"{why}: the baseline stands.", next_analysis_in_ms=QUIET_NEXT_ANALYSIS_MS)
+    return Verdict(f"{why}: the baseline stands.")
 
 
 def bounded_interval(interval: int, minimum: int, maximum: int) -> int:
