@@ -2,11 +2,27 @@
 
 from __future__ import annotations
 
+import logging.config
 import os
+from typing import Any
 
 from celery import Celery
+from celery.signals import setup_logging
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "cronicorn_site.settings")
+
+
+@setup_logging.connect
+def use_django_logging(**_: Any) -> None:
+    """Workers and beat log through Django's LOGGING (JSON, scheduler ids, secrets masked).
+
+    Connecting this signal also stops Celery from installing its own handlers and from
+    redirecting stdout into the log.
+    """
+    from django.conf import settings
+
+    logging.config.dictConfig(settings.LOGGING)
+
 
 app = Celery("cronicorn")
 app.config_from_object("django.conf:settings", namespace="CELERY")

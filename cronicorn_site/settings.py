@@ -182,6 +182,10 @@ USE_TZ = True
 
 STATIC_URL = "static/"
 STATIC_ROOT = BASE_DIR / "var" / "static"
+# Once `collectstatic` has filled STATIC_ROOT (the Docker image does it at build time),
+# WhiteNoise serves those files from gunicorn; before that, runserver serves them in DEBUG.
+if STATIC_ROOT.is_dir():
+    MIDDLEWARE.insert(1, "whitenoise.middleware.WhiteNoiseMiddleware")
 
 # --- Celery ---------------------------------------------------------------------------
 CELERY_BROKER_URL = env_str("CELERY_BROKER_URL", "redis://localhost:6379/0")
@@ -245,27 +249,43 @@ CRONICORN_METRICS_TOKEN = env_str("CRONICORN_METRICS_TOKEN", "")
 CRONICORN_READY_MAX_TICK_AGE_SECONDS = env_int(
     "CRONICORN_READY_MAX_TICK_AGE_SECONDS", 30, minimum=1
 )
+# /readyz checks the broker unless the deployment runs the embedded `runscheduler` without
+# one (then set false).
+CRONICORN_BROKER_REQUIRED = env_bool("CRONICORN_BROKER_REQUIRED", True)
 CRONICORN_LOG_FORMAT = env_choice("CRONICORN_LOG_FORMAT", "text", ("text", "json"))
 CRONICORN_LOG_LEVEL = env_choice(
     "CRONICORN_LOG_LEVEL", "INFO", ("DEBUG", "INFO", "WARNING", "ERROR")
 )
 
+# Every process logs one way: Django loads this, Celery workers and beat reuse it through
+# the setup_logging signal (cronicorn_site/celery.py). Scheduler lines carry endpoint_id,
+# run_id, claim_token and source; secrets are masked in every line (cronicorn_site/logs.py).
+_SCHEDULER_LOGGER = {"handlers": ["console"], "level": CRONICORN_LOG_LEVEL, "propagate": False}
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
+    "filters": {"scheduler_context": {"()": "cronicorn_site.logs.SchedulerContextFilter"}},
     "formatters": {
-        "text": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"},
-        "json": {
-            "()": "pythonjsonlogger.json.JsonFormatter",
-            "fmt": "%(asctime)s %(levelname)s %(name)s %(message)s",
-        },
+        "text": {"()": "cronicorn_site.logs.TextFormatter"},
+        "json": {"()": "cronicorn_site.logs.JsonFormatter"},
     },
     "handlers": {
-        "console": {"class": "logging.StreamHandler", "formatter": CRONICORN_LOG_FORMAT},
+        "console": {
+            "class": "logging.StreamHandler",
+            "formatter": CRONICORN_LOG_FORMAT,
+            "filters": ["scheduler_context"],
+        },
     },
     "root": {"handlers": ["console"], "level": "WARNING"},
     "loggers": {
-        "cronicorn": {"handlers": ["console"], "level": CRONICORN_LOG_LEVEL, "propagate": False},
+        "cronicorn": _SCHEDULER_LOGGER,
+        "endpoints": _SCHEDULER_LOGGER,
+        "planner": _SCHEDULER_LOGGER,
+        "celery": {"handlers": ["console"], "level": CRONICORN_LOG_LEVEL, "propagate": False},
+        # One line per beat send and per task received/succeeded would drown the rest.
+        "celery.beat": {"level": "WARNING"},
+        "celery.app.trace": {"level": "WARNING"},
+        "celery.worker.strategy": {"level": "WARNING"},
     },
 }
 
