@@ -800,6 +800,10 @@ def test_endpoint(endpoint: Endpoint, *, now: datetime | None = None) -> Run:
     return run
 
 
+# Its name starts with "test": tell pytest it is not a test when a test module imports it.
+test_endpoint.__test__ = False  # type: ignore[attr-defined]
+
+
 def pause_endpoint(
     endpoint: Endpoint,
     *,
