@@ -7,63 +7,77 @@ from typing import Any
 
 from django.conf import settings
 from django.contrib.auth import get_user_model
-from django.core.management.base import BaseCommand, CommandParser
+from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import transaction
 from django.utils import timezone
 
-from endpoints.governor import EndpointSchedule, plan_next_run
-from endpoints.models import Endpoint, Job, Tenant
+from endpoints.config_io import ConfigError, import_document
+from endpoints.models import Endpoint, Job, JobStatus
+from endpoints.scheduling import resume_job
 
 DEMO_TENANT = "Demo"
 DEMO_JOB = "demo"
 ADMIN_USERNAME = "admin"
 
 
-def demo_endpoint_fields(base_url: str) -> dict[str, dict[str, Any]]:
-    """The demo endpoints by name, as Endpoint field values."""
+def demo_document(base_url: str) -> dict[str, Any]:
+    """The demo as a configuration document (the format of import_endpoints)."""
     root = base_url.rstrip("/")
-    return {
-        "queue-depth": {
+    endpoints = [
+        {
+            "name": "queue-depth",
             "url": f"{root}/demo/queue/",
-            "baseline_interval_ms": 30_000,
-            "min_interval_ms": 10_000,
-            "max_interval_ms": 300_000,
+            "baseline_interval": "30s",
+            "min_interval": "10s",
+            "max_interval": "5m",
             "description": "Order queue depth. Check often while it is deep or rising; "
             "relax when it has drained.",
         },
-        "health": {
+        {
+            "name": "health",
             "url": f"{root}/demo/health/",
-            "baseline_interval_ms": 60_000,
-            "min_interval_ms": 15_000,
-            "max_interval_ms": 600_000,
+            "baseline_interval": "1m",
+            "min_interval": "15s",
+            "max_interval": "10m",
             "description": "Service health and error rate. Watch closely when degraded or "
             "critical.",
         },
-        "thresholds": {
+        {
+            "name": "thresholds",
             "url": f"{root}/demo/thresholds/",
             "baseline_cron": "*/2 * * * *",
             "timezone": "Europe/Berlin",
-            "min_interval_ms": 20_000,
+            "min_interval": "20s",
             "description": "A gauge with warning and critical thresholds; sample more often "
             "above the warning level.",
         },
-        "ingest": {
+        {
+            "name": "ingest",
             "url": f"{root}/demo/ingest/",
             "method": "POST",
             "body": {"batch": "demo", "source": "cronicorn"},
             "headers": {"Authorization": "Bearer demo-token"},
-            "secret_header_names": ["Authorization"],
-            "baseline_interval_ms": 120_000,
+            "secret_headers": ["Authorization"],
+            "baseline_interval": "2m",
             "description": "Pushes a batch; the answer reports the queue depth it caused.",
         },
-        "rate-limited": {
+        {
+            "name": "rate-limited",
             "url": f"{root}/demo/rate-limited/",
-            "baseline_interval_ms": 30_000,
-            "max_interval_ms": 300_000,
+            "baseline_interval": "30s",
+            "max_interval": "5m",
             "description": "A partner API that answers 429 with Retry-After for one minute in "
             "five; back off until the time it names.",
         },
+    ]
+    job = {
+        "name": DEMO_JOB,
+        "description": "Demo services on this web app's /demo/ targets, whose answers change "
+        "over a ten-minute cycle.",
+        "endpoints": endpoints,
     }
+    tenant = {"name": DEMO_TENANT, "members": [ADMIN_USERNAME], "jobs": [job]}
+    return {"version": 1, "tenants": [tenant]}
 
 
 class Command(BaseCommand):
@@ -88,22 +102,24 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, **options: Any) -> None:
         password = options["password"] or secrets.token_urlsafe(12)
+        base_url = options["base_url"].rstrip("/")
         now = timezone.now()
-        with transaction.atomic():
-            user = ensure_admin(password)
-            tenant, _ = Tenant.objects.get_or_create(name=DEMO_TENANT)
-            tenant.members.add(user)
-            job, _ = Job.objects.get_or_create(tenant=tenant, name=DEMO_JOB)
-            if job.status != Job.Status.ACTIVE:
-                Job.objects.filter(pk=job.pk).update(status=Job.Status.ACTIVE)
-            endpoints = [
-                upsert_demo_endpoint(job, name, fields, now=now)
-                for name, fields in demo_endpoint_fields(options["base_url"]).items()
-            ]
+        try:
+            with transaction.atomic():
+                ensure_admin(password)
+                import_document(demo_document(base_url), environ={}, now=now, prune=True)
+                job = Job.objects.get(tenant__name=DEMO_TENANT, name=DEMO_JOB)
+                if job.status != JobStatus.ACTIVE:
+                    resume_job(job, now=now)
+        except ConfigError as exc:
+            raise CommandError(
+                f"--base-url {base_url!r} does not make valid endpoints:\n  "
+                + "\n  ".join(exc.problems)
+            ) from None
         self.stdout.write(f"Demo ready: tenant {DEMO_TENANT!r}, job {DEMO_JOB!r}.")
-        for endpoint in endpoints:
+        for endpoint in Endpoint.objects.live().filter(job=job):
             self.stdout.write(f"  {endpoint.ref:<22} {endpoint.url}")
-        self.stdout.write(f"Sign in at {options['base_url'].rstrip('/')}/admin/ as")
+        self.stdout.write(f"Sign in at {base_url}/admin/ as")
         self.stdout.write(f"  user: {ADMIN_USERNAME}  password: {password}")
         if not settings.CRONICORN_ALLOW_PRIVATE_ADDRESSES:
             self.stderr.write(
@@ -121,40 +137,3 @@ def ensure_admin(password: str) -> Any:
     user.set_password(password)
     user.save(update_fields=["is_staff", "is_superuser", "is_active", "password"])
     return user
-
-
-def upsert_demo_endpoint(job: Job, name: str, fields: dict[str, Any], *, now: Any) -> Endpoint:
-    endpoint = Endpoint.objects.filter(job=job, name=name).first() or Endpoint(job=job, name=name)
-    defaults = {f.name: f.get_default() for f in Endpoint._meta.concrete_fields}
-    for field_name in DEFINITION_FIELDS:
-        setattr(endpoint, field_name, fields.get(field_name, defaults[field_name]))
-    endpoint.archived_at = None
-    endpoint.full_clean()
-    endpoint.save()
-    recompute_next_run(endpoint, now=now)
-    return endpoint
-
-
-def recompute_next_run(endpoint: Endpoint, *, now: Any) -> None:
-    # Interim: scheduling.recompute_next_run replaces this once the engine lands it.
-    plan = plan_next_run(now, EndpointSchedule.from_endpoint(endpoint))
-    Endpoint.objects.filter(pk=endpoint.pk).update(
-        next_run_at=plan.next_run_at, next_run_source=plan.source
-    )
-
-
-DEFINITION_FIELDS = (
-    "description",
-    "url",
-    "method",
-    "headers",
-    "secret_header_names",
-    "body",
-    "timeout_ms",
-    "max_response_size_kb",
-    "baseline_cron",
-    "timezone",
-    "baseline_interval_ms",
-    "min_interval_ms",
-    "max_interval_ms",
-)

@@ -1,0 +1,67 @@
+"""Helpers shared by the operator commands: endpoint references, times, JSON output."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from django.core.management.base import CommandError, CommandParser
+from django.utils.dateparse import parse_datetime
+
+from endpoints.models import Endpoint, Job
+from endpoints.schedules import ScheduleError, parse_interval
+
+REF_HELP = "the endpoint, as job/endpoint or its numeric id"
+
+
+def add_endpoint_argument(parser: CommandParser) -> None:
+    parser.add_argument("endpoint", metavar="ENDPOINT", help=REF_HELP.capitalize() + ".")
+
+
+def find_endpoint(ref: str) -> Endpoint:
+    """The live or archived endpoint named by ``ref``; CommandError says what to do if none."""
+    try:
+        return Endpoint.objects.select_related("job__tenant").by_ref(ref)
+    except Endpoint.DoesNotExist as exc:
+        message = str(exc) if str(exc) else f"No endpoint {ref!r}."
+        raise CommandError(f"{message} List them with: manage.py endpoints") from None
+
+
+def find_job(ref: str) -> Job:
+    """The job named ``ref`` (or with that id); CommandError if none or ambiguous."""
+    jobs = list(
+        Job.objects.filter(pk=int(ref)) if ref.isdigit() else Job.objects.filter(name=ref)[:2]
+    )
+    if len(jobs) == 1:
+        return jobs[0]
+    problem = f"No job {ref!r}" if not jobs else f"Job name {ref!r} is used by several tenants"
+    raise CommandError(f"{problem}; give the job's name or id (see manage.py endpoints).")
+
+
+def parse_when(text: str, *, option: str) -> datetime:
+    """An ISO 8601 time; without an offset it is read as UTC."""
+    parsed = parse_datetime(text.strip())
+    if parsed is None:
+        raise CommandError(
+            f"{option} {text!r} is not an ISO 8601 time; write e.g. 2026-03-01T14:30:00Z."
+        )
+    return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
+
+
+def parse_duration(text: str, *, option: str) -> timedelta:
+    try:
+        ms = parse_interval(text)
+    except ScheduleError as exc:
+        raise CommandError(f"{option}: {exc}") from None
+    if ms <= 0:
+        raise CommandError(f"{option} must be longer than zero, e.g. 15m.")
+    return timedelta(milliseconds=ms)
+
+
+def iso(value: datetime | None) -> str | None:
+    return value.isoformat() if value else None
+
+
+def to_json(value: Any) -> str:
+    return json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False)
