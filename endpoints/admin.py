@@ -1,0 +1,632 @@
+"""The management UI: tenants, jobs, endpoints, runs and hint history in the Django admin.
+
+Scoping rule: a superuser sees everything; a staff user sees, through every list,
+change page, filter, autocomplete, action and URL, only the rows of the tenants they
+are a member of (anything else is a 404). Membership is the permission: a staff member
+of a tenant may view, add and change its jobs and endpoints and view its records (runs,
+hints, planner sessions), which nobody edits. Only superusers delete or manage tenants.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, ClassVar
+
+from django.contrib import admin, messages
+from django.contrib.admin import helpers
+from django.contrib.admin.utils import unquote
+from django.core.exceptions import PermissionDenied
+from django.db.models import Count, OuterRef, QuerySet, Subquery
+from django.http import Http404, HttpRequest, HttpResponse, HttpResponseNotAllowed
+from django.shortcuts import redirect
+from django.template.response import TemplateResponse
+from django.urls import URLPattern, path, reverse
+from django.utils import timezone
+from django.utils.html import format_html, format_html_join
+from django.utils.safestring import SafeString
+
+from endpoints import scheduling
+from endpoints.admin_actions import OPERATIONS, perform
+from endpoints.admin_display import (
+    endpoint_link,
+    hint_badge,
+    hint_summary,
+    next_run_words,
+    pretty_json,
+    run_link,
+    status_badge,
+    when,
+)
+from endpoints.admin_filters import (
+    BoundedCountPaginator,
+    EndpointFilter,
+    EndpointStatusFilter,
+    JobFilter,
+    SourceFilter,
+    StartedFilter,
+    TenantFilter,
+    scope,
+    user_tenant_ids,
+)
+from endpoints.admin_forms import EndpointAdminForm, PauseUntilForm, TenantAdminForm
+from endpoints.charts import Bar, chart_legend, duration_chart
+from endpoints.governor import EndpointSchedule, explain_plan
+from endpoints.models import Endpoint, HintHistory, Job, Run, Tenant
+from endpoints.schedules import describe_schedule, format_interval
+from planner.models import AnalysisSession
+
+admin.site.site_header = "Cronicorn"
+admin.site.site_title = "Cronicorn"
+admin.site.index_title = "Scheduler"
+
+RECENT_RUNS = 50
+RECENT_RUNS_LISTED = 15
+RECENT_SESSIONS = 5
+LIST_TEST_CAP = 10
+
+
+class TenantScopedAdmin(admin.ModelAdmin):
+    """Rows reachable only through the user's tenants; ``tenant_path`` leads to the tenant."""
+
+    tenant_path: ClassVar[str]
+    editable: ClassVar[bool] = False
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[Any]:
+        return scope(super().get_queryset(request), request, self.tenant_path)
+
+    def is_member(self, request: HttpRequest) -> bool:
+        user: Any = request.user
+        if user.is_superuser:
+            return True
+        return bool(user.is_active and user.is_staff and user_tenant_ids(request))
+
+    def has_module_permission(self, request: HttpRequest) -> bool:
+        return self.is_member(request)
+
+    def has_view_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return self.is_member(request)
+
+    def has_add_permission(self, request: HttpRequest, *args: Any) -> bool:
+        return self.editable and self.is_member(request)
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return self.editable and self.is_member(request)
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        user: Any = request.user
+        return self.editable and user.is_superuser
+
+    def get_object(self, request: HttpRequest, object_id: str, from_field: Any = None) -> Any:
+        """Another tenant's row does not exist for this user: 404, not a redirect."""
+        obj = super().get_object(request, object_id, from_field)
+        if obj is None:
+            raise Http404(f"No {self.opts.verbose_name} with id {object_id!r} is yours to see.")
+        return obj
+
+
+class RecordAdmin(TenantScopedAdmin):
+    """Records (runs, hints, sessions) are written by the system and never edited."""
+
+    actions = None
+    show_full_result_count = False
+    show_facets = admin.ShowFacets.NEVER
+
+
+@admin.register(Tenant)
+class TenantAdmin(admin.ModelAdmin):
+    """Superusers only: members and quotas."""
+
+    form = TenantAdminForm
+    list_display = ("name", "members_count", "endpoints_used", "min_interval", "token_budget")
+    search_fields = ("name",)
+    filter_horizontal = ("members",)
+    fieldsets = (
+        (None, {"fields": ("name", "members")}),
+        ("Quotas", {"fields": ("max_endpoints", "min_interval_ms", "monthly_token_budget")}),
+        ("Request signing", {"fields": ("hmac_secret", "clear_hmac_secret")}),
+    )
+
+    def has_module_permission(self, request: HttpRequest) -> bool:
+        user: Any = request.user
+        return bool(user.is_superuser)
+
+    def has_view_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return self.has_module_permission(request)
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return self.has_module_permission(request)
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return self.has_module_permission(request)
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return self.has_module_permission(request)
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[Tenant]:
+        live = Endpoint.objects.live().filter(job__tenant=OuterRef("pk"))
+        return (
+            super()
+            .get_queryset(request)
+            .annotate(
+                members_total=Count("members", distinct=True),
+                endpoints_total=Subquery(
+                    live.order_by().values("job__tenant").annotate(n=Count("pk")).values("n")
+                ),
+            )
+        )
+
+    @admin.display(description="members", ordering="members_total")
+    def members_count(self, obj: Any) -> int:
+        return int(obj.members_total)
+
+    @admin.display(description="endpoints (live / max)")
+    def endpoints_used(self, obj: Any) -> str:
+        return f"{obj.endpoints_total or 0} / {obj.max_endpoints}"
+
+    @admin.display(description="minimum interval", ordering="min_interval_ms")
+    def min_interval(self, obj: Tenant) -> str:
+        return format_interval(obj.min_interval_ms)
+
+    @admin.display(description="monthly tokens", ordering="monthly_token_budget")
+    def token_budget(self, obj: Tenant) -> str:
+        return f"{obj.monthly_token_budget:,}" if obj.monthly_token_budget else "rules only"
+
+
+@admin.register(Job)
+class JobAdmin(TenantScopedAdmin):
+    tenant_path = "tenant"
+    editable = True
+    list_display = ("name", "tenant", "status", "max_concurrent", "endpoints_link")
+    list_filter = (("tenant", TenantFilter), "status")
+    search_fields = ("name",)
+    list_select_related = ("tenant",)
+    actions = ("pause_jobs", "resume_jobs")
+    fields = ("tenant", "name", "description", "status", "max_concurrent", "endpoints_link")
+    readonly_fields = ("endpoints_link",)
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[Any]:
+        return super().get_queryset(request).annotate(endpoints_total=Count("endpoints"))
+
+    def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> Any:
+        # A job's status changes through pause/resume, which reschedule its endpoints.
+        return ("status", "endpoints_link") if obj else ("endpoints_link",)
+
+    def formfield_for_foreignkey(self, db_field: Any, request: HttpRequest, **kwargs: Any) -> Any:
+        if db_field.name == "tenant":
+            kwargs["queryset"] = scope(Tenant.objects.all(), request, "pk")
+        return super().formfield_for_foreignkey(db_field, request, **kwargs)
+
+    @admin.display(description="endpoints")
+    def endpoints_link(self, obj: Any) -> str:
+        if not obj.pk:
+            return "—"
+        url = reverse("admin:endpoints_endpoint_changelist") + f"?job__id__exact={obj.pk}"
+        return format_html('<a href="{}">{} endpoints</a>', url, obj.endpoints_total)
+
+    @admin.action(description="Pause the selected jobs")
+    def pause_jobs(self, request: HttpRequest, queryset: QuerySet[Job]) -> None:
+        self._each_job(request, queryset, scheduling.pause_job, "paused")
+
+    @admin.action(description="Resume the selected jobs")
+    def resume_jobs(self, request: HttpRequest, queryset: QuerySet[Job]) -> None:
+        self._each_job(request, queryset, scheduling.resume_job, "resumed")
+
+    def _each_job(
+        self,
+        request: HttpRequest,
+        queryset: QuerySet[Job],
+        operation: Callable[..., Any],
+        done: str,
+    ) -> None:
+        now = timezone.now()
+        names = []
+        for job in queryset:
+            try:
+                operation(job, now=now, user=request.user)
+                names.append(job.name)
+            except scheduling.OperationRefused as exc:
+                self.message_user(request, f"{job.name}: {exc}", messages.ERROR)
+        if names:
+            self.message_user(request, f"{len(names)} job(s) {done}: {', '.join(names)}.")
+
+
+def _list_action(name: str) -> Callable[..., Any]:
+    def action(
+        modeladmin: EndpointAdmin, request: HttpRequest, queryset: QuerySet[Endpoint]
+    ) -> Any:
+        return modeladmin.apply_to_selection(request, queryset, name)
+
+    action.__name__ = name
+    return admin.action(description=OPERATIONS[name].label)(action)
+
+
+@admin.register(Endpoint)
+class EndpointAdmin(TenantScopedAdmin):
+    tenant_path = "job__tenant"
+    editable = True
+    form = EndpointAdminForm
+    change_form_template = "admin/endpoints/endpoint/change_form.html"
+    list_display = (
+        "name",
+        "job",
+        "schedule",
+        "next_run",
+        "last_status",
+        "failure_count",
+        "state",
+    )
+    list_filter = (("job", JobFilter), ("job__tenant", TenantFilter), EndpointStatusFilter)
+    search_fields = ("name", "url")
+    list_select_related = ("job",)
+    list_per_page = 50
+    show_full_result_count = False
+    autocomplete_fields = ("job",)
+    actions = tuple(_list_action(name) for name in OPERATIONS)
+    readonly_fields = (
+        "next_run_explained",
+        "active_hint",
+        "pause_state",
+        "failure_count",
+        "last_run_at",
+        "archived_at",
+    )
+    fieldsets = (
+        ("Request", {"fields": ("job", "name", "url", "method", "headers", "secret_header_names",
+                                "body", "timeout_ms", "max_response_size_kb")}),
+        ("Schedule", {"fields": ("baseline_interval_ms", "baseline_cron", "timezone"),
+                      "description": "Give either an interval or a cron expression."}),
+        ("Limits", {"fields": ("min_interval_ms", "max_interval_ms"),
+                    "description": "Hints from the planner always stay inside these bounds."}),
+        ("Planner description", {"fields": ("description",)}),
+    )  # fmt: skip
+    state_fieldset = (
+        "State",
+        {
+            "fields": (
+                "next_run_explained",
+                "active_hint",
+                "pause_state",
+                "failure_count",
+                "last_run_at",
+                "archived_at",
+            )
+        },
+    )
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[Any]:
+        # The last run's status comes from one correlated subquery over the
+        # (endpoint, -started_at) index: no query per row of the list.
+        last_run = Run.objects.filter(endpoint=OuterRef("pk")).order_by("-started_at")
+        return (
+            super()
+            .get_queryset(request)
+            .annotate(last_run_status=Subquery(last_run.values("status")[:1]))
+        )
+
+    def get_fieldsets(self, request: HttpRequest, obj: Any = None) -> Any:
+        return (*self.fieldsets, self.state_fieldset) if obj else self.fieldsets
+
+    def formfield_for_foreignkey(self, db_field: Any, request: HttpRequest, **kwargs: Any) -> Any:
+        if db_field.name == "job":
+            kwargs["queryset"] = scope(Job.objects.select_related("tenant"), request, "tenant")
+        return super().formfield_for_foreignkey(db_field, request, **kwargs)
+
+    def save_model(self, request: HttpRequest, obj: Any, form: Any, change: bool) -> None:
+        if change:
+            # Only what the person changed: the scheduler writes the state fields meanwhile.
+            editable = {f.name for f in self.opts.concrete_fields}
+            fields = [name for name in form.changed_data if name in editable]
+            if fields:
+                obj.save(update_fields=[*fields, "updated_at"])
+        else:
+            obj.save()
+        if not change or form.schedule_changed():
+            scheduling.recompute_next_run(obj, now=timezone.now())
+
+    # --- list columns -------------------------------------------------------------------
+
+    @admin.display(description="schedule")
+    def schedule(self, obj: Endpoint) -> str:
+        return describe_schedule(
+            baseline_cron=obj.baseline_cron,
+            timezone=obj.timezone,
+            baseline_interval_ms=obj.baseline_interval_ms,
+        )
+
+    @admin.display(description="next run", ordering="next_run_at")
+    def next_run(self, obj: Endpoint) -> str:
+        return next_run_words(obj, timezone.now())
+
+    @admin.display(description="last run", ordering="last_run_status")
+    def last_status(self, obj: Any) -> SafeString | str:
+        return status_badge(obj.last_run_status) if obj.last_run_status else "never"
+
+    @admin.display(description="state")
+    def state(self, obj: Endpoint) -> SafeString:
+        now = timezone.now()
+        badges = []
+        if obj.archived_at:
+            badges.append(format_html('<span class="cc-badge cc-archived">{}</span>', "archived"))
+        if obj.is_paused(now):
+            badges.append(
+                format_html(
+                    '<span class="cc-badge cc-paused" title="{}">paused until {}</span>',
+                    obj.pause_reason,
+                    when(obj.paused_until),
+                )
+            )
+        hint = hint_badge(obj, now)
+        if hint:
+            badges.append(hint)
+        return format_html_join(" ", "{}", ((badge,) for badge in badges))
+
+    # --- change page ----------------------------------------------------------------------
+
+    @admin.display(description="next run")
+    def next_run_explained(self, obj: Endpoint) -> SafeString:
+        now = timezone.now()
+        stored = next_run_words(obj, now)
+        if obj.archived_at:
+            return format_html("<strong>{}</strong>", stored)
+        explanation = explain_plan(now, EndpointSchedule.from_endpoint(obj))
+        return format_html(
+            "<strong>{}</strong><br><span class='cc-muted'>Planned now, the governor says: {}"
+            "</span>",
+            stored,
+            explanation,
+        )
+
+    @admin.display(description="active hint")
+    def active_hint(self, obj: Endpoint) -> str:
+        history = reverse("admin:endpoints_hinthistory_changelist") + f"?endpoint={obj.pk}"
+        return format_html(
+            '{} <a href="{}">(hint history)</a>', hint_summary(obj, timezone.now()), history
+        )
+
+    @admin.display(description="paused")
+    def pause_state(self, obj: Endpoint) -> str:
+        if not obj.is_paused(timezone.now()):
+            return "No."
+        reason = f" — {obj.pause_reason}" if obj.pause_reason else ""
+        return f"Until {when(obj.paused_until)}{reason}"
+
+    def change_view(
+        self,
+        request: HttpRequest,
+        object_id: str,
+        form_url: str = "",
+        extra_context: dict[str, Any] | None = None,
+    ) -> HttpResponse:
+        endpoint = self.get_object(request, unquote(object_id))
+        context = {**(extra_context or {}), **self._history_context(endpoint)}
+        context["operations"] = [
+            (name, operation.label, reverse("admin:endpoints_endpoint_operation",
+                                            args=[endpoint.pk, name]))
+            for name, operation in OPERATIONS.items()
+            if name != "pause_until"
+        ]  # fmt: skip
+        context["pause_until_url"] = reverse(
+            "admin:endpoints_endpoint_operation", args=[endpoint.pk, "pause_until"]
+        )
+        context["pause_form"] = PauseUntilForm(now=timezone.now())
+        return super().change_view(request, object_id, form_url, context)
+
+    def _history_context(self, endpoint: Endpoint) -> dict[str, Any]:
+        runs = list(endpoint.runs.order_by("-started_at")[:RECENT_RUNS])
+        sessions = list(
+            AnalysisSession.objects.filter(endpoint=endpoint).order_by("-started_at")[
+                :RECENT_SESSIONS
+            ]
+        )
+        bars = [Bar(r.started_at, r.duration_ms, r.status) for r in reversed(runs)]
+        return {
+            "recent_runs": runs[:RECENT_RUNS_LISTED],
+            "runs_url": reverse("admin:endpoints_run_changelist") + f"?endpoint={endpoint.pk}",
+            "duration_chart": duration_chart(bars),
+            "chart_legend": chart_legend(),
+            "recent_sessions": sessions,
+            "sessions_url": reverse("admin:planner_analysissession_changelist")
+            + f"?endpoint={endpoint.pk}",
+        }
+
+    # --- operations -------------------------------------------------------------------------
+
+    def get_urls(self) -> list[URLPattern]:
+        operation = path(
+            "<path:object_id>/operation/<str:name>/",
+            self.admin_site.admin_view(self.operation_view),
+            name="endpoints_endpoint_operation",
+        )
+        return [operation, *super().get_urls()]
+
+    def operation_view(self, request: HttpRequest, object_id: str, name: str) -> HttpResponse:
+        """A change page button: POST only (with CSRF, via admin_view), then back."""
+        if name not in OPERATIONS:
+            raise Http404(f"There is no endpoint operation {name!r}.")
+        if request.method != "POST":
+            return HttpResponseNotAllowed(["POST"])
+        endpoint = self.get_object(request, unquote(object_id))
+        if not self.has_change_permission(request, endpoint):
+            raise PermissionDenied
+        outcome = perform(name, endpoint, now=timezone.now(), user=request.user, data=request.POST)
+        self.message_user(request, outcome.message, outcome.level)
+        return redirect("admin:endpoints_endpoint_change", endpoint.pk)
+
+    def apply_to_selection(
+        self, request: HttpRequest, queryset: QuerySet[Endpoint], name: str
+    ) -> HttpResponse | None:
+        if name == "pause_until" and "apply" not in request.POST:
+            return self._pause_until_step(request, queryset)
+        operation = OPERATIONS[name]
+        endpoints = list(queryset.select_related("job"))
+        if operation.slow and len(endpoints) > LIST_TEST_CAP:
+            self.message_user(
+                request,
+                f"Select at most {LIST_TEST_CAP} endpoints to test at once "
+                f"({len(endpoints)} selected): each test waits for its HTTP answer.",
+                messages.ERROR,
+            )
+            return None
+        now = timezone.now()
+        outcomes = [
+            perform(name, e, now=now, user=request.user, data=request.POST) for e in endpoints
+        ]
+        self._report(request, operation.label, outcomes, each=operation.slow)
+        return None
+
+    def _report(self, request: HttpRequest, label: str, outcomes: list[Any], *, each: bool) -> None:
+        done = [o for o in outcomes if o.level != messages.ERROR]
+        if each or len(outcomes) == 1:
+            for outcome in outcomes:
+                self.message_user(request, outcome.message, outcome.level)
+            return
+        if done:
+            self.message_user(request, f"{label}: done for {len(done)} endpoint(s).")
+        for outcome in [o for o in outcomes if o.level == messages.ERROR]:
+            self.message_user(request, outcome.message, messages.ERROR)
+
+    def _pause_until_step(
+        self, request: HttpRequest, queryset: QuerySet[Endpoint]
+    ) -> TemplateResponse:
+        context = {
+            **self.admin_site.each_context(request),
+            "title": "Pause until a time",
+            "opts": self.opts,
+            "endpoints": queryset.select_related("job"),
+            "form": PauseUntilForm(now=timezone.now()),
+            "action_checkbox_name": helpers.ACTION_CHECKBOX_NAME,
+            "select_across": request.POST.get("select_across", "0"),
+        }
+        return TemplateResponse(request, "admin/endpoints/endpoint/pause_until.html", context)
+
+
+@admin.register(Run)
+class RunAdmin(RecordAdmin):
+    tenant_path = "endpoint__job__tenant"
+    list_display = (
+        "started_at",
+        "endpoint_ref",
+        "trigger",
+        "source",
+        "status_shown",
+        "status_code",
+        "duration",
+    )
+    list_filter = (
+        "status",
+        SourceFilter,
+        "trigger",
+        EndpointFilter,
+        ("endpoint__job", JobFilter),
+        StartedFilter,
+    )
+    list_select_related = ("endpoint__job",)
+    ordering = ("-started_at",)
+    paginator = BoundedCountPaginator
+    list_per_page = 100
+    fieldsets = (
+        (None, {"fields": ("endpoint_ref", "trigger", "source", "status_shown", "attempt",
+                           "retry_link")}),
+        ("Request", {"fields": ("request_made",)}),
+        ("Timings", {"fields": ("scheduled_for", "started_at", "finished_at", "duration",
+                                "lateness")}),
+        ("Response", {"fields": ("status_code", "response_size", "response_pretty")}),
+        ("Error", {"fields": ("error",)}),
+    )  # fmt: skip
+    readonly_fields = (
+        "endpoint_ref",
+        "trigger",
+        "source",
+        "status_shown",
+        "attempt",
+        "retry_link",
+        "request_made",
+        "scheduled_for",
+        "started_at",
+        "finished_at",
+        "duration",
+        "lateness",
+        "status_code",
+        "response_size",
+        "response_pretty",
+        "error",
+    )
+
+    @admin.display(description="endpoint", ordering="endpoint__name")
+    def endpoint_ref(self, obj: Run) -> str:
+        return endpoint_link(obj.endpoint)
+
+    @admin.display(description="status", ordering="status")
+    def status_shown(self, obj: Run) -> SafeString:
+        return status_badge(obj.status)
+
+    @admin.display(description="duration", ordering="duration_ms")
+    def duration(self, obj: Run) -> str:
+        return f"{obj.duration_ms} ms" if obj.duration_ms is not None else "—"
+
+    @admin.display(description="late by")
+    def lateness(self, obj: Run) -> str:
+        late_ms = (obj.started_at - obj.scheduled_for).total_seconds() * 1000
+        return f"{late_ms:.0f} ms"
+
+    @admin.display(description="retry of")
+    def retry_link(self, obj: Run) -> str:
+        return run_link(obj.retry_of_id) if obj.retry_of_id else "—"
+
+    @admin.display(description="request")
+    def request_made(self, obj: Run) -> str:
+        if not obj.request_url:
+            return "—"
+        return format_html("<code>{} {}</code>", obj.request_method or "GET", obj.request_url)
+
+    @admin.display(description="size")
+    def response_size(self, obj: Run) -> str:
+        if obj.response_size_bytes is None:
+            return "—"
+        truncated = " (truncated at the size cap)" if obj.response_truncated else ""
+        return f"{obj.response_size_bytes:,} bytes{truncated}"
+
+    @admin.display(description="body")
+    def response_pretty(self, obj: Run) -> SafeString:
+        return pretty_json(obj.response_body)
+
+
+@admin.register(HintHistory)
+class HintHistoryAdmin(RecordAdmin):
+    tenant_path = "endpoint__job__tenant"
+    list_display = ("created_at", "endpoint_ref", "kind", "value", "expires_at", "reason", "by")
+    list_filter = ("kind", EndpointFilter, ("endpoint__job", JobFilter))
+    list_select_related = ("endpoint__job", "created_by", "session")
+    ordering = ("-created_at",)
+    paginator = BoundedCountPaginator
+    fields = (
+        "endpoint_ref",
+        "kind",
+        "value",
+        "expires_at",
+        "reason",
+        "by",
+        "created_at",
+    )
+    readonly_fields = fields
+
+    @admin.display(description="endpoint", ordering="endpoint__name")
+    def endpoint_ref(self, obj: HintHistory) -> str:
+        return endpoint_link(obj.endpoint)
+
+    @admin.display(description="value")
+    def value(self, obj: HintHistory) -> str:
+        if obj.interval_ms is not None:
+            return f"every {format_interval(obj.interval_ms)}"
+        if obj.next_run_at is not None:
+            return f"once at {when(obj.next_run_at)}"
+        if obj.paused_until is not None:
+            return f"paused until {when(obj.paused_until)}"
+        return "—"
+
+    @admin.display(description="by")
+    def by(self, obj: HintHistory) -> str:
+        if obj.session_id:
+            url = reverse("admin:planner_analysissession_change", args=[obj.session_id])
+            return format_html('<a href="{}">planner session {}</a>', url, obj.session_id)
+        return obj.created_by.get_username() if obj.created_by else "—"

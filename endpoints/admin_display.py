@@ -1,0 +1,97 @@
+"""Small HTML pieces the admin pages share: badges, links, times in words, pretty JSON.
+
+Everything goes through ``format_html`` so values from endpoints and responses (which
+are untrusted) are escaped.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+from typing import Any
+
+from django.urls import reverse
+from django.utils.html import format_html
+from django.utils.safestring import SafeString
+
+from endpoints.governor import SOURCE_WORDS
+from endpoints.models import Endpoint
+from endpoints.schedules import describe_delta, format_interval
+
+PRETTY_JSON_LIMIT = 200_000
+
+
+def when(at: datetime | None) -> str:
+    return f"{at:%Y-%m-%d %H:%M:%S} UTC" if at else "—"
+
+
+def status_badge(status: str) -> SafeString:
+    return format_html('<span class="cc-badge cc-{}">{}</span>', status, status)
+
+
+def endpoint_link(endpoint: Endpoint) -> SafeString:
+    url = reverse("admin:endpoints_endpoint_change", args=[endpoint.pk])
+    return format_html('<a href="{}">{}/{}</a>', url, endpoint.job.name, endpoint.name)
+
+
+def run_link(run_id: int) -> SafeString:
+    url = reverse("admin:endpoints_run_change", args=[run_id])
+    return format_html('<a href="{}">run {}</a>', url, run_id)
+
+
+def next_run_words(endpoint: Endpoint, now: datetime) -> str:
+    """'in 4 minutes (the baseline interval)', or why there is no next run."""
+    if endpoint.archived_at:
+        return "never (archived)"
+    if endpoint.next_run_at is None:
+        return "not planned yet"
+    source = SOURCE_WORDS.get(endpoint.next_run_source, endpoint.next_run_source or "unknown")
+    return f"{describe_delta(endpoint.next_run_at - now)} ({source})"
+
+
+def _hint_fresh(endpoint: Endpoint, now: datetime) -> bool:
+    return endpoint.ai_hint_expires_at is not None and endpoint.ai_hint_expires_at > now
+
+
+def _hint_words(endpoint: Endpoint) -> str:
+    parts = []
+    if endpoint.ai_hint_interval_ms is not None:
+        parts.append(f"every {format_interval(endpoint.ai_hint_interval_ms)}")
+    if endpoint.ai_hint_next_run_at is not None:
+        parts.append(f"once at {endpoint.ai_hint_next_run_at:%H:%M:%S}")
+    return " and ".join(parts) or "hint"
+
+
+def hint_badge(endpoint: Endpoint, now: datetime) -> SafeString | None:
+    if not _hint_fresh(endpoint, now):
+        return None
+    return format_html(
+        '<span class="cc-badge cc-hinted" title="{}">hint: {} until {}</span>',
+        endpoint.ai_hint_reason,
+        _hint_words(endpoint),
+        f"{endpoint.ai_hint_expires_at:%H:%M}",
+    )
+
+
+def hint_summary(endpoint: Endpoint, now: datetime) -> SafeString:
+    if not _hint_fresh(endpoint, now):
+        return format_html("{}", "None: the baseline schedule applies.")
+    expires = endpoint.ai_hint_expires_at
+    assert expires is not None
+    return format_html(
+        "<strong>{}</strong>, expires {} ({}).<br>Reason: {}",
+        _hint_words(endpoint).capitalize(),
+        when(expires),
+        describe_delta(expires - now),
+        endpoint.ai_hint_reason or "—",
+    )
+
+
+def pretty_json(value: Any) -> SafeString:
+    """JSON indented in a <pre>; text stays text. Capped so a huge body cannot stall a page."""
+    if value is None:
+        return format_html('<span class="cc-muted">{}</span>', "no body")
+    text = value if isinstance(value, str) else json.dumps(value, indent=2, ensure_ascii=False)
+    if len(text) > PRETTY_JSON_LIMIT:
+        text = text[:PRETTY_JSON_LIMIT] + "\n… (cut for display)"
+    return format_html('<pre class="cc-json">{}</pre>', text)

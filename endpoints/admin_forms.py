@@ -1,0 +1,207 @@
+"""Forms behind the endpoint admin: ``5m``-style durations, masked secrets, quotas, pauses.
+
+The model's ``full_clean`` stays the one source of validation messages; these forms only
+translate what a person types (``90s``, a masked header) into model values and back.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from django import forms
+from django.core.exceptions import ValidationError
+
+from endpoints.executor import MASK, mask_headers
+from endpoints.models import Endpoint, Job, Tenant
+from endpoints.schedules import ScheduleError, format_interval, parse_interval
+
+SCHEDULE_FIELDS = frozenset(
+    {"baseline_cron", "timezone", "baseline_interval_ms", "min_interval_ms", "max_interval_ms"}
+)
+
+
+class IntervalField(forms.CharField):
+    """A duration typed as ``90s``, ``5m``, ``1h30m``, ``1d`` or plain ms; cleans to ms."""
+
+    def __init__(self, *, example: str = "5m", **kwargs: Any) -> None:
+        kwargs.setdefault("required", False)
+        kwargs.setdefault("widget", forms.TextInput(attrs={"size": 12, "placeholder": example}))
+        super().__init__(**kwargs)
+
+    def prepare_value(self, value: Any) -> Any:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return format_interval(value)
+        return value
+
+    def to_python(self, value: Any) -> int | None:  # type: ignore[override]
+        text = super().to_python(value)
+        if not text:
+            return None
+        try:
+            return parse_interval(text)
+        except ScheduleError as exc:
+            raise ValidationError(str(exc), code="invalid") from None
+
+    def has_changed(self, initial: Any, data: Any) -> bool:
+        try:
+            return self.to_python(data) != initial
+        except ValidationError:
+            return True
+
+
+class EndpointAdminForm(forms.ModelForm):
+    baseline_interval_ms = IntervalField(
+        label="Interval",
+        help_text="Run every … : 90s, 5m, 1h30m, 1d or milliseconds. Leave empty to use cron.",
+    )
+    min_interval_ms = IntervalField(
+        label="Minimum interval",
+        example="30s",
+        help_text="Never run more often than this, whatever hints say. Empty: no bound.",
+    )
+    max_interval_ms = IntervalField(
+        label="Maximum interval",
+        example="1h",
+        help_text="Never wait longer than this, whatever hints say. Empty: no bound.",
+    )
+    timeout_ms = IntervalField(
+        label="Timeout",
+        example="30s",
+        required=True,
+        help_text="Total deadline for connect, headers and body (1s .. 30m).",
+    )
+
+    class Meta:
+        model = Endpoint
+        fields = [
+            "job",
+            "name",
+            "url",
+            "method",
+            "headers",
+            "secret_header_names",
+            "body",
+            "timeout_ms",
+            "max_response_size_kb",
+            "baseline_cron",
+            "timezone",
+            "baseline_interval_ms",
+            "min_interval_ms",
+            "max_interval_ms",
+            "description",
+        ]
+        labels = {
+            "baseline_cron": "Cron",
+            "url": "URL",
+            "max_response_size_kb": "Response size cap (KB)",
+        }
+        help_texts = {
+            "baseline_cron": "5 fields (minute hour day month weekday) or @hourly, @daily… "
+            "Leave empty to use an interval.",
+            "timezone": "IANA name the cron is read in, e.g. Europe/Berlin.",
+            "headers": 'A JSON object, e.g. {"Authorization": "Bearer …"}. Secret values '
+            "show as a mask: leave the mask to keep the stored value.",
+        }
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        if self.instance.pk and isinstance(self.instance.headers, dict):
+            self.initial["headers"] = mask_headers(
+                self.instance.headers, tuple(self.instance.secret_header_names or ())
+            )
+
+    def clean_headers(self) -> Any:
+        """Put stored secrets back where the person left the mask untouched."""
+        headers = self.cleaned_data.get("headers")
+        if not isinstance(headers, dict):
+            return headers
+        stored = self.instance.headers if isinstance(self.instance.headers, dict) else {}
+        restored = dict(headers)
+        for name, value in headers.items():
+            if value != MASK:
+                continue
+            if name not in stored:
+                raise ValidationError(
+                    f"Header {name!r} holds the mask {MASK!r}, but no value is stored for it; "
+                    "type the real value."
+                )
+            restored[name] = stored[name]
+        return restored
+
+    def clean(self) -> dict[str, Any]:
+        cleaned = super().clean() or {}
+        job = cleaned.get("job")
+        if job is not None and self.instance.pk is None:
+            self._check_quota(job)
+        return cleaned
+
+    def _check_quota(self, job: Job) -> None:
+        tenant = job.tenant
+        used = Endpoint.objects.live().filter(job__tenant=tenant).count()
+        if used >= tenant.max_endpoints:
+            self.add_error(
+                "job",
+                f"{tenant.name} already has {used} of its {tenant.max_endpoints} endpoints; "
+                "archive one or ask an administrator to raise the quota.",
+            )
+
+    def schedule_changed(self) -> bool:
+        return bool(SCHEDULE_FIELDS.intersection(self.changed_data))
+
+
+class PauseUntilForm(forms.Form):
+    """The 'pause until a time' choice, on the change page and the list's action step."""
+
+    until = forms.DateTimeField(
+        label="Pause until",
+        widget=forms.DateTimeInput(attrs={"type": "datetime-local"}),
+        input_formats=["%Y-%m-%dT%H:%M", "%Y-%m-%dT%H:%M:%S", "%Y-%m-%d %H:%M"],
+        help_text="In UTC.",
+    )
+    reason = forms.CharField(required=False, max_length=500)
+
+    def __init__(self, *args: Any, now: datetime, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.now = now
+
+    def clean_until(self) -> datetime:
+        until: datetime = self.cleaned_data["until"]
+        if until <= self.now:
+            raise ValidationError(
+                "That time has already passed; pick a time in the future (UTC), or use Resume."
+            )
+        return until
+
+
+class TenantAdminForm(forms.ModelForm):
+    """The HMAC secret is write-only: never shown back, kept unless replaced or cleared."""
+
+    hmac_secret = forms.CharField(
+        required=False,
+        label="HMAC secret",
+        widget=forms.PasswordInput(render_value=False),
+        help_text="Type a new secret to replace the stored one; leave empty to keep it.",
+    )
+    clear_hmac_secret = forms.BooleanField(
+        required=False, label="Remove the secret (requests are no longer signed)"
+    )
+
+    class Meta:
+        model = Tenant
+        fields = [
+            "name",
+            "members",
+            "max_endpoints",
+            "min_interval_ms",
+            "monthly_token_budget",
+            "hmac_secret",
+        ]
+
+    def clean(self) -> dict[str, Any]:
+        cleaned = super().clean() or {}
+        if cleaned.get("clear_hmac_secret"):
+            cleaned["hmac_secret"] = ""
+        elif not cleaned.get("hmac_secret"):
+            cleaned["hmac_secret"] = self.instance.hmac_secret
+        return cleaned

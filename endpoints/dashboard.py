@@ -1,0 +1,129 @@
+"""What the admin index shows: scheduler health, failing endpoints, planner usage.
+
+A superuser sees the whole scheduler through ``scheduling.scheduler_health``. A staff
+member sees the scheduler's liveness (last tick: it is the same scheduler for everyone)
+and numbers counted over their own tenants' endpoints only, so no other tenant's volume
+shows through.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.conf import settings
+from django.db.models import Count, OuterRef, Q, Subquery, Sum
+
+from endpoints import scheduling
+from endpoints.models import Endpoint, JobStatus, Run, RunStatus, RunTrigger, Tenant
+from planner.models import AnalysisSession
+
+FAILING_SHOWN = 10
+LATENESS_SAMPLE = 10_000
+FAILED = (RunStatus.FAILURE, RunStatus.TIMEOUT, RunStatus.LOST)
+
+
+def build_dashboard(*, tenant_ids: list[int] | None, now: datetime) -> dict[str, Any]:
+    """The index page's numbers; ``tenant_ids`` None means every tenant (superuser)."""
+    health = scheduling.scheduler_health(now=now)
+    if tenant_ids is not None:
+        health = {**health, **_tenant_health(tenant_ids, now)}
+    return {
+        "health": health,
+        "tick_stale": _tick_stale(health),
+        "failing": _failing_endpoints(tenant_ids),
+        "planner": _planner_usage(tenant_ids, now),
+        "scoped": tenant_ids is not None,
+    }
+
+
+def _tick_stale(health: dict[str, Any]) -> bool:
+    age = health.get("last_tick_age_seconds")
+    return age is None or age > settings.CRONICORN_READY_MAX_TICK_AGE_SECONDS
+
+
+def _tenant_health(tenant_ids: list[int], now: datetime) -> dict[str, Any]:
+    """The health numbers that count rows, over these tenants' endpoints only.
+
+    Same definitions as ``scheduling.scheduler_health``, which counts every tenant.
+    """
+    endpoints = Endpoint.objects.live().filter(job__tenant__in=tenant_ids)
+    runs = Run.objects.filter(endpoint__job__tenant__in=tenant_ids)
+    hour = runs.filter(started_at__gte=now - timedelta(hours=1), started_at__lte=now)
+    counts = hour.aggregate(
+        total=Count("pk"),
+        failed=Count("pk", filter=Q(status__in=FAILED)),
+    )
+    due = endpoints.filter(
+        Q(paused_until__isnull=True) | Q(paused_until__lte=now),
+        claim_token__isnull=True,
+        next_run_at__lte=now,
+        job__status=JobStatus.ACTIVE,
+    )
+    return {
+        "due_backlog": due.count(),
+        "in_flight": runs.filter(status=RunStatus.RUNNING).count(),
+        "runs_last_hour": counts["total"],
+        "failures_last_hour": counts["failed"],
+        "lateness_p95_ms": _lateness_p95(hour),
+    }
+
+
+def _lateness_p95(runs: Any) -> float | None:
+    pairs = (
+        runs.filter(trigger__in=[RunTrigger.SCHEDULED, RunTrigger.RETRY])
+        .order_by("-started_at")
+        .values_list("scheduled_for", "started_at")[:LATENESS_SAMPLE]
+    )
+    late = sorted(max(0.0, (started - due).total_seconds() * 1000) for due, started in pairs)
+    if not late:
+        return None
+    return round(late[min(len(late) - 1, round(0.95 * (len(late) - 1)))], 1)
+
+
+def _failing_endpoints(tenant_ids: list[int] | None) -> list[Endpoint]:
+    endpoints = Endpoint.objects.live().filter(failure_count__gt=0)
+    if tenant_ids is not None:
+        endpoints = endpoints.filter(job__tenant__in=tenant_ids)
+    last = Run.objects.filter(endpoint=OuterRef("pk")).order_by("-started_at")
+    return list(
+        endpoints.select_related("job")
+        .annotate(
+            last_error=Subquery(last.values("error")[:1]),
+            last_status=Subquery(last.values("status")[:1]),
+        )
+        .order_by("-failure_count", "job__name", "name")[:FAILING_SHOWN]
+    )
+
+
+def _planner_usage(tenant_ids: list[int] | None, now: datetime) -> list[dict[str, Any]]:
+    """Sessions and tokens this calendar month per tenant, against the monthly budget."""
+    month_start = now.replace(day=1, hour=0, minute=0, second=0, microsecond=0)
+    tenants = Tenant.objects.order_by("name")
+    if tenant_ids is not None:
+        tenants = tenants.filter(pk__in=tenant_ids)
+    usage = {
+        row["endpoint__job__tenant"]: row
+        for row in AnalysisSession.objects.filter(
+            started_at__gte=month_start, endpoint__job__tenant__in=tenants.values("pk")
+        )
+        .values("endpoint__job__tenant")
+        .annotate(sessions=Count("pk"), tokens=Sum("total_tokens"))
+        .order_by()
+    }
+    rows = []
+    for tenant in tenants:
+        used = usage.get(tenant.pk, {})
+        tokens = used.get("tokens") or 0
+        budget = tenant.monthly_token_budget
+        rows.append(
+            {
+                "tenant": tenant,
+                "sessions": used.get("sessions", 0),
+                "tokens": tokens,
+                "budget": budget,
+                "percent": round(100 * tokens / budget) if budget else None,
+                "over": bool(budget) and tokens >= budget,
+            }
+        )
+    return rows

@@ -1,0 +1,20 @@
+"""``{% cronicorn_dashboard %}``: the scheduler dashboard on the admin index."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django import template
+from django.utils import timezone
+
+from endpoints.admin_filters import user_tenant_ids
+from endpoints.dashboard import build_dashboard
+
+register = template.Library()
+
+
+@register.inclusion_tag("admin/cronicorn/dashboard.html", takes_context=True)
+def cronicorn_dashboard(context: template.Context) -> dict[str, Any]:
+    request = context["request"]
+    now = timezone.now()
+    return {"now": now, **build_dashboard(tenant_ids=user_tenant_ids(request), now=now)}
