@@ -17,10 +17,11 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pytest
+from django.db import connection
 
 from endpoints.governor import EndpointSchedule, plan_next_run
 from endpoints.models import Endpoint, HintHistory, Run, RunStatus
-from planner.analysis import analyze_endpoint
+from planner.analysis import analyze_endpoint, plan_cycle
 from planner.models import AnalysisSession, SessionStatus
 
 API_KEY = "sk-test-secret-123"
@@ -471,3 +472,34 @@ def test_tokens_spent_last_month_do_not_count(
 
     assert session.backend == "llm"
     assert len(fake_chat.requests) == 1
+
+
+# Concurrency.
+
+
+@pytest.mark.django_db(transaction=True)
+def test_overlapping_cycles_analyse_each_endpoint_once(
+    fake_chat: FakeChat, make_endpoint: Callable[..., Endpoint], now: datetime
+) -> None:
+    for name in ("a", "b"):
+        _run(make_endpoint(name=name), now - timedelta(minutes=1), {"status": "healthy"})
+    fake_chat.play(Reply(SUBMIT, delay=0.3))
+    barrier = threading.Barrier(3)
+    results: list[int] = []
+
+    def cycle() -> None:
+        try:
+            barrier.wait(timeout=10)
+            results.append(len(plan_cycle(now=now)))
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=cycle) for _ in range(3)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=30)
+
+    assert sorted(results) == [0, 0, 2]
+    assert AnalysisSession.objects.count() == 2
+    assert len(fake_chat.requests) == 2
