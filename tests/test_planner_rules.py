@@ -21,6 +21,7 @@ from planner.backends.rules import (
     Observation,
     RulesInput,
     Verdict,
+    baseline_interval_ms,
     body_severity,
     decide,
     queue_trend,
@@ -207,6 +208,33 @@ def test_a_persons_pause_or_hint_is_left_alone() -> None:
     hinted = _decide({"status": "critical"}, person_hint_active=True)
     assert paused.tool is None and "Paused by a person" in paused.reasoning
     assert hinted.tool is None and "person's hint" in hinted.reasoning
+
+
+def test_a_failing_endpoint_drops_the_planners_tightening_so_backoff_applies() -> None:
+    failing = (Observation(500, {"status": "critical"}, NOW, succeeded=False),)
+    hinted = decide(
+        RulesInput(
+            now=NOW,
+            baseline_ms=MINUTE,
+            observations=failing,
+            planner_interval_ms=15_000,
+            planner_hint_expires_at=NOW + timedelta(minutes=30),
+        )
+    )
+    plain = decide(RulesInput(now=NOW, baseline_ms=MINUTE, observations=failing))
+
+    assert hinted.tool == "clear_hints"
+    assert "The latest run failed (HTTP 500)" in hinted.reasoning
+    assert plain.tool is None and "failure backoff" in plain.reasoning
+
+
+@pytest.mark.parametrize(
+    ("cron", "minutes"),
+    [("*/15 * * * *", 15), ("0 9 * * *", 24 * 60), ("0 9 * * 1-5", 24 * 60), ("@hourly", 60)],
+)
+def test_a_cron_baseline_counts_as_its_typical_gap(cron: str, minutes: int) -> None:
+    endpoint = Endpoint(baseline_cron=cron, timezone="Europe/Berlin")
+    assert baseline_interval_ms(endpoint, NOW) == minutes * MINUTE
 
 
 def test_without_runs_there_is_nothing_to_decide() -> None:

@@ -300,8 +300,10 @@ def _constraint_words(endpoint: Endpoint) -> str:
     if endpoint.max_interval_ms:
         bounds.append(f"at least {describe_interval(endpoint.max_interval_ms)}")
     tenant_floor = endpoint.job.tenant.min_interval_ms
-    bounds.append(f"never more often than {describe_interval(tenant_floor)} (plan limit)")
-    return "runs " + ", ".join(bounds) + f"; request timeout {endpoint.timeout_ms} ms."
+    if tenant_floor > max(endpoint.min_interval_ms or 0, 1_000):
+        bounds.append(f"never more often than {describe_interval(tenant_floor)} (plan limit)")
+    words = "runs " + ", ".join(bounds) if bounds else "no interval bounds"
+    return f"{words}; request timeout {endpoint.timeout_ms} ms."
 
 
 def _state_words(endpoint: Endpoint, now: datetime) -> str:

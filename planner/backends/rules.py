@@ -8,12 +8,14 @@ The rules, first match wins:
 1. The latest answer is 429/503: pause until its Retry-After (body keys ``retry_after``,
    ``retry_after_seconds``, ``retryAfter``; seconds or a time), a default without one,
    never longer than an hour.
-2. A pause the planner wrote is still on but the endpoint answers normally: resume.
-3. Signals in the latest body: ``status`` critical/down -> a quarter of the baseline
+2. A pause the planner wrote is still on but the endpoint no longer rate-limits: resume.
+3. The latest run failed otherwise: leave it to the baseline's failure backoff (and
+   clear a planner interval hint, which would override that backoff).
+4. Signals in the latest body: ``status`` critical/down -> a quarter of the baseline
    interval, degraded -> half; ``error_rate_pct`` and ``current_value`` against warning
    and critical thresholds likewise; ``queue_depth`` rising over the last three answers
    -> half; zero for the last five -> twice the baseline. Always inside min/max.
-4. Healthy again with a planner interval hint still on: clear it.
+5. Healthy again with a planner interval hint still on: clear it.
 A person's own hint or pause is left alone.
 """
 
@@ -27,7 +29,7 @@ from datetime import datetime, timedelta
 from itertools import pairwise
 from typing import Any
 
-from endpoints.models import Endpoint, HintHistory, HintKind
+from endpoints.models import Endpoint, HintHistory, HintKind, RunStatus
 from endpoints.schedules import describe_interval, next_cron_after
 from planner.tools import (
     MAX_TTL_MINUTES,
@@ -63,6 +65,7 @@ class Observation:
     status_code: int | None
     body: Any
     at: datetime
+    succeeded: bool = True
 
 
 @dataclass(frozen=True)
@@ -100,12 +103,14 @@ def decide(data: RulesInput) -> Verdict:
         return _rate_limited(data, latest)
     if data.paused_until and data.paused_until > data.now:
         return Verdict(
-            f"The endpoint answers normally again (HTTP {latest.status_code}): resuming.",
+            f"The endpoint no longer rate-limits (HTTP {latest.status_code}): resuming.",
             tool="pause_until",
-            arguments={"untilIso": None, "reason": "rate limit over: answering normally again"},
+            arguments={"untilIso": None, "reason": "the rate limit is over"},
         )
     if data.person_hint_active:
         return Verdict("A person's hint is active: left alone.")
+    if not latest.succeeded:
+        return _failing(data, latest)
     target, why = _target_interval(data)
     if target is None:
         return _healthy(data, why)
@@ -128,6 +133,20 @@ def _rate_limited(data: RulesInput, latest: Observation) -> Verdict:
         tool="pause_until",
         arguments={"untilIso": until.isoformat(), "reason": f"{said}; respecting it"},
     )
+
+
+def _failing(data: RulesInput, latest: Observation) -> Verdict:
+    """A failing endpoint is left to the baseline's failure backoff: a planner interval
+    hint would override that backoff and keep calling it at the hinted pace."""
+    answer = f"HTTP {latest.status_code}" if latest.status_code else "no answer"
+    why = f"The latest run failed ({answer})"
+    if _planner_hint_fresh(data):
+        return Verdict(
+            f"{why}: clearing the planner's interval hint so the failure backoff applies.",
+            tool="clear_hints",
+            arguments={"reason": f"{why}: back to the baseline and its failure backoff"},
+        )
+    return Verdict(f"{why}: the baseline and its failure backoff apply.")
 
 
 def retry_after(body: Any, at: datetime) -> tuple[timedelta, str]:
@@ -263,9 +282,13 @@ def _standing(data: RulesInput, interval: int, ttl_minutes: int) -> bool:
     return expires - data.now > timedelta(minutes=REFRESH_AFTER * ttl_minutes)
 
 
-def _healthy(data: RulesInput, why: str) -> Verdict:
+def _planner_hint_fresh(data: RulesInput) -> bool:
     expires = data.planner_hint_expires_at
-    if data.planner_interval_ms is not None and expires is not None and expires > data.now:
+    return data.planner_interval_ms is not None and expires is not None and expires > data.now
+
+
+def _healthy(data: RulesInput, why: str) -> Verdict:
+    if _planner_hint_fresh(data):
         return Verdict(
             f"{why}: back to the baseline, clearing the planner's interval hint.",
             tool="clear_hints",
@@ -308,7 +331,12 @@ def baseline_interval_ms(endpoint: Endpoint, now: datetime) -> int:
 def gather(endpoint: Endpoint, now: datetime) -> RulesInput:
     runs = finished_runs(endpoint)[:HISTORY]
     observations = tuple(
-        Observation(run.status_code, run.response_body, run.finished_at or run.started_at)
+        Observation(
+            run.status_code,
+            run.response_body,
+            run.finished_at or run.started_at,
+            succeeded=run.status == RunStatus.SUCCESS,
+        )
         for run in runs
     )
     hint_kinds = (HintKind.INTERVAL, HintKind.ONESHOT, HintKind.CLEAR)
