@@ -1,0 +1,40 @@
+# One image for every process: web (gunicorn), celery beat, the workers, migrate, demo.
+# Everything is installed at build time from uv.lock; nothing is downloaded at run time.
+FROM python:3.11-slim
+
+ENV PYTHONDONTWRITEBYTECODE=1 \
+    PYTHONUNBUFFERED=1 \
+    UV_COMPILE_BYTECODE=1 \
+    UV_LINK_MODE=copy \
+    UV_PROJECT_ENVIRONMENT=/opt/venv \
+    PATH=/opt/venv/bin:$PATH
+
+# uv from PyPI, pinned, so the build needs only the Python package index.
+RUN pip install --no-cache-dir "uv==0.13.9"
+
+WORKDIR /app
+
+# Dependencies first: this layer is rebuilt only when the lock file changes.
+COPY pyproject.toml uv.lock ./
+RUN uv sync --frozen --no-dev --no-install-project
+
+COPY . .
+
+# Static files (the admin's) are collected into var/static and served by WhiteNoise.
+# The key exists only for this command; the real one comes from the environment.
+RUN DEBUG=false DJANGO_SECRET_KEY=collectstatic-only-not-a-secret \
+        python manage.py collectstatic --noinput -v0 \
+    && useradd --system --uid 10001 --no-create-home --home-dir /app cronicorn \
+    && mkdir -p var/metrics \
+    && chown cronicorn:cronicorn var var/metrics
+
+USER cronicorn
+
+# Production defaults; every other setting comes from the environment (.env.example).
+# The metrics directory is a volume shared by web and workers (docker-compose.yml).
+ENV DEBUG=false \
+    PORT=8000 \
+    PROMETHEUS_MULTIPROC_DIR=/app/var/metrics
+
+EXPOSE 8000
+CMD ["gunicorn", "-c", "cronicorn_site/gunicorn.conf.py", "cronicorn_site.wsgi"]
