@@ -114,15 +114,15 @@ class Claim:
 def _log(
     level: int, message: str, *, claim: Claim | None = None, exc: bool = False, **ids: Any
 ) -> None:
-    """One log line carrying endpoint id, run id, claim token and source, in text and extra."""
+    """Log with endpoint id, run id, claim token and source as ``extra`` fields, which the
+    formatters (cronicorn_site.logs) print on every line."""
     context = {
         "endpoint_id": ids.get("endpoint_id", claim.endpoint_id if claim else None),
         "run_id": ids.get("run_id"),
         "claim_token": str(claim.claim_token) if claim else ids.get("claim_token"),
         "source": claim.source if claim else ids.get("source"),
     }
-    suffix = " ".join(f"{key}={value}" for key, value in context.items())
-    logger.log(level, "%s [%s]", message, suffix, extra=context, exc_info=exc)
+    logger.log(level, message, extra=context, exc_info=exc)
 
 
 # --- Claim ----------------------------------------------------------------------------
@@ -230,7 +230,7 @@ def claim_due_endpoints(*, now: datetime, limit: int, horizon_ms: int) -> list[C
             endpoint_id=endpoint_id,
             claim_token=token if isinstance(token, uuid.UUID) else uuid.UUID(str(token)),
             scheduled_for=scheduled_for,
-            source=source or Source.BASELINE_INTERVAL,
+            source=source or "",
             trigger=RunTrigger.MANUAL if source == Source.MANUAL else RunTrigger.SCHEDULED,
         )
         for endpoint_id, token, scheduled_for, source in rows

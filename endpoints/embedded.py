@@ -1,0 +1,124 @@
+"""The whole scheduler in one process, no broker (``manage.py runscheduler``).
+
+A tick loop claims what is due and hands each claim to a ``ClaimDispatcher``, which
+starts it at its scheduled time on a thread pool; a maintenance loop sweeps zombies and
+prunes old runs; a planner loop runs ``planner.analysis.plan_cycle`` when the planner
+app provides it. They call the very functions the Celery tasks call.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import threading
+import time
+from collections.abc import Callable
+from datetime import datetime
+from typing import Any
+
+from django.conf import settings
+from django.db import connections
+from django.utils import timezone
+
+from endpoints import scheduling
+from endpoints.dispatch import ClaimDispatcher
+
+logger = logging.getLogger("cronicorn.scheduler")
+
+PRUNE_EVERY_SECONDS = 3600.0
+
+
+def load_plan_cycle() -> Callable[..., Any] | None:
+    """The planner's cycle function, or None when the planner is not installed."""
+    try:
+        module = importlib.import_module("planner.analysis")
+    except ImportError:
+        logger.info("planner.analysis is not available; the planner loop is off")
+        return None
+    return getattr(module, "plan_cycle", None)
+
+
+class EmbeddedScheduler:
+    def __init__(self, *, threads: int, plan_cycle: Callable[..., Any] | None = None) -> None:
+        self.dispatcher = ClaimDispatcher(threads=threads)
+        self.plan_cycle = plan_cycle
+        self._last_prune = float("-inf")
+
+    # --- Work units (one pass each; tests call them) ---
+
+    def tick_once(self, *, now: datetime | None = None) -> bool:
+        """Claim what is due and hand it to the dispatcher; True if anything was claimed."""
+        claims = scheduling.tick(now=now)
+        for claim in claims:
+            self.dispatcher.submit(claim)
+        return bool(claims)
+
+    def maintain_once(self, *, now: datetime | None = None) -> int:
+        """Sweep zombies, and prune old runs once an hour; returns the runs marked lost."""
+        now = now or timezone.now()
+        lost = scheduling.sweep_zombies(now=now)
+        if time.monotonic() - self._last_prune >= PRUNE_EVERY_SECONDS:
+            self._last_prune = time.monotonic()
+            scheduling.prune_runs(now=now)
+        return lost
+
+    def plan_once(self, *, now: datetime | None = None) -> int:
+        """One planner cycle; returns the sessions run. Never raises: a planner problem
+        must not stop the scheduler."""
+        if self.plan_cycle is None:
+            return 0
+        try:
+            return len(self.plan_cycle(now=now or timezone.now()))
+        except Exception:
+            logger.exception("planner cycle failed; the next one runs on schedule")
+            return 0
+
+    # --- Loops ---
+
+    def run(self, stop: threading.Event, *, duration: float | None = None) -> None:
+        """Tick until ``stop`` is set or ``duration`` seconds pass; then return (call
+        ``shutdown`` next)."""
+        if duration is not None:
+            timer = threading.Timer(duration, stop.set)
+            timer.daemon = True
+            timer.start()
+        side_loops = [
+            (self.maintain_once, float(settings.CRONICORN_MAINTENANCE_SECONDS), "maintenance"),
+            (self.plan_once, float(settings.CRONICORN_PLANNER_SECONDS), "planner"),
+        ]
+        for work, every, name in side_loops:
+            if work is self.plan_once and self.plan_cycle is None:
+                continue
+            thread = threading.Thread(
+                target=_repeat, args=(work, every, stop, name), name=f"cronicorn-{name}"
+            )
+            thread.daemon = True
+            thread.start()
+        _repeat(self.tick_once, settings.CRONICORN_TICK_SECONDS, stop, "tick")
+
+    def shutdown(self, *, timeout: float) -> bool:
+        """Stop starting runs, give back claims not started, wait for runs in flight.
+
+        Returns True when every run in flight finished within ``timeout`` seconds.
+        """
+        pending = self.dispatcher.drain_pending()
+        if pending:
+            scheduling.release_claims(pending)
+            logger.info("released %d claim(s) that had not started", len(pending))
+        return self.dispatcher.shutdown(timeout=timeout)
+
+
+def _repeat(work: Callable[[], Any], every: float, stop: threading.Event, name: str) -> None:
+    """Call ``work`` at a fixed rate until ``stop``; errors (a database restart) are logged
+    and the loop goes on."""
+    next_at = time.monotonic()
+    try:
+        while not stop.is_set():
+            try:
+                work()
+            except Exception:
+                logger.exception("%s loop failed; retrying at its next turn", name)
+            next_at = max(next_at + every, time.monotonic())
+            stop.wait(next_at - time.monotonic())
+    finally:
+        connections.close_all()

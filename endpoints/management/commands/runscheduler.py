@@ -1,0 +1,82 @@
+"""manage.py runscheduler: tick, execution pool, maintenance and planner in one process."""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import threading
+from types import FrameType
+from typing import Any
+
+from django.conf import settings
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+from endpoints.embedded import EmbeddedScheduler, load_plan_cycle
+
+logger = logging.getLogger("cronicorn.scheduler")
+
+
+def _positive(kind: type[float] | type[int]) -> Any:
+    def parse(text: str) -> float | int:
+        try:
+            value = kind(text)
+        except ValueError:
+            raise CommandError(f"{text!r} is not a {kind.__name__}.") from None
+        if value <= 0:
+            raise CommandError(f"{text!r} must be above zero.")
+        return value
+
+    return parse
+
+
+class Command(BaseCommand):
+    help = (
+        "Run the scheduler in one process without a broker: claim due endpoints every "
+        "CRONICORN_TICK_SECONDS, run them on a thread pool at their scheduled time, sweep "
+        "zombies, prune old runs and run the planner. SIGTERM or Ctrl-C stops claiming and "
+        "waits up to CRONICORN_SHUTDOWN_TIMEOUT_SECONDS for runs in flight."
+    )
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument(
+            "--duration",
+            type=_positive(float),
+            metavar="SECONDS",
+            help="Run this long, then shut down as on SIGTERM (for demos and tests).",
+        )
+        parser.add_argument(
+            "--threads",
+            type=_positive(int),
+            default=settings.CRONICORN_EXECUTOR_THREADS,
+            help="Runs in flight at once (default CRONICORN_EXECUTOR_THREADS, "
+            f"{settings.CRONICORN_EXECUTOR_THREADS}).",
+        )
+
+    def handle(self, *args: Any, duration: float | None, threads: int, **options: Any) -> None:
+        stop = threading.Event()
+
+        def request_stop(signum: int, frame: FrameType | None) -> None:
+            name = signal.Signals(signum).name
+            logger.info("%s received: no new claims; finishing runs in flight", name)
+            stop.set()
+
+        signal.signal(signal.SIGTERM, request_stop)
+        signal.signal(signal.SIGINT, request_stop)
+
+        scheduler = EmbeddedScheduler(threads=threads, plan_cycle=load_plan_cycle())
+        logger.info("scheduler started: %d execution thread(s)", threads)
+        scheduler.run(stop, duration=duration)
+        timeout = settings.CRONICORN_SHUTDOWN_TIMEOUT_SECONDS
+        if scheduler.shutdown(timeout=timeout):
+            logger.info("scheduler stopped cleanly")
+            return
+        logger.warning(
+            "runs still in flight after %d s; exiting anyway: their leases expire and the "
+            "zombie sweep marks them lost, then their slots are retried",
+            timeout,
+        )
+        logging.shutdown()
+        # The pool's threads are joined at interpreter exit, which would overrun the
+        # shutdown timeout: leave at once instead.
+        os._exit(0)
