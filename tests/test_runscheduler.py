@@ -1,0 +1,207 @@
+"""runscheduler: the whole scheduler in one process, its work units, and its shutdown."""
+
+from __future__ import annotations
+
+import json
+import signal
+import sqlite3
+import statistics
+import subprocess
+import threading
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+from django.utils import timezone
+
+from endpoints.embedded import EmbeddedScheduler
+from endpoints.models import Endpoint, Heartbeat, Run, RunStatus, RunTrigger, Source
+from tests.engine_processes import (
+    child_database_url,
+    manage,
+    process_env,
+    running,
+    wait_until,
+)
+from tests.http_targets import TargetServer
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+S = timedelta(seconds=1)
+
+
+@pytest.fixture(autouse=True)
+def _loopback_allowed(settings):
+    settings.CRONICORN_ALLOW_PRIVATE_ADDRESSES = True
+
+
+@pytest.fixture
+def target():
+    with TargetServer() as server:
+        yield server
+
+
+@pytest.fixture
+def scheduler():
+    embedded = EmbeddedScheduler(threads=4)
+    yield embedded
+    embedded.shutdown(timeout=10)
+
+
+def test_a_tick_hands_due_claims_to_the_pool_which_starts_each_at_its_time(
+    scheduler, make_endpoint, target
+):
+    slot = timezone.now() + timedelta(milliseconds=600)
+    endpoint = make_endpoint(url=target.url("/soon"), next_run_at=slot)
+
+    assert scheduler.tick_once() is True
+    assert scheduler.tick_once() is False  # claimed once, not again
+    assert wait_until(lambda: Run.objects.filter(status=RunStatus.SUCCESS).exists(), timeout=10)
+
+    run = Run.objects.get(endpoint=endpoint)
+    assert run.scheduled_for == slot
+    assert timedelta(0) <= run.started_at - slot < timedelta(milliseconds=100)
+    assert target.hits("/soon")[0].at >= slot.timestamp()
+
+
+def test_shutdown_gives_back_claims_that_have_not_started(scheduler, make_endpoint, target):
+    endpoint = make_endpoint(url=target.url("/"), next_run_at=timezone.now() + 0.9 * S)
+    assert scheduler.tick_once() is True
+
+    assert scheduler.shutdown(timeout=5) is True
+
+    endpoint.refresh_from_db()
+    assert (endpoint.claim_token, endpoint.locked_until) == (None, None)
+    assert not Run.objects.exists()
+    assert target.hits() == []
+
+
+def test_shutdown_waits_for_runs_in_flight_up_to_its_timeout(scheduler, make_endpoint, target):
+    hold = threading.Event()
+    target.reply("/held", hold=hold)
+    make_endpoint(url=target.url("/held"), next_run_at=timezone.now())
+    scheduler.tick_once()
+    assert target.wait_for(lambda: target.hits(), timeout=10)
+
+    assert scheduler.shutdown(timeout=0.3) is False  # still held: gives up after 0.3 s
+    hold.set()
+    assert wait_until(lambda: Run.objects.filter(status=RunStatus.SUCCESS).exists(), timeout=10)
+
+
+def test_a_failing_planner_never_stops_the_scheduler(make_endpoint, target, caplog):
+    calls = []
+
+    def broken_plan_cycle(*, now):
+        calls.append(now)
+        raise RuntimeError("the model is down")
+
+    embedded = EmbeddedScheduler(threads=2, plan_cycle=broken_plan_cycle)
+    make_endpoint(url=target.url("/"), next_run_at=timezone.now() + 0.5 * S)
+    stop = threading.Event()
+    try:
+        embedded.run(stop, duration=1.5)
+    finally:
+        embedded.shutdown(timeout=10)
+
+    assert calls, "the planner loop ran"
+    assert "planner cycle failed" in caplog.text
+    assert Heartbeat.objects.get(name="tick").info == {"claimed": 0}  # ticking went on
+    assert Run.objects.filter(status=RunStatus.SUCCESS).count() == 1
+
+
+def test_the_maintenance_unit_sweeps_zombies(scheduler, make_endpoint):
+    now = timezone.now()
+    Run.objects.create(
+        endpoint=make_endpoint(),
+        scheduled_for=now - 60 * S,
+        started_at=now - 60 * S,
+        lease_expires_at=now - S,
+    )
+    assert scheduler.maintain_once(now=now) == 1
+    assert Run.objects.get().status == RunStatus.LOST
+
+
+SETUP_SQLITE_ENDPOINT = """
+from datetime import timedelta
+from django.utils import timezone
+from endpoints.models import Endpoint, Job, Tenant
+job = Job.objects.create(tenant=Tenant.objects.create(name="t"), name="j")
+start = timezone.now() + timedelta(seconds=3)
+Endpoint.objects.create(job=job, name="e", url="{url}", baseline_interval_ms=1000,
+                        next_run_at=start, next_run_source="baseline-interval")
+print(start.isoformat())
+"""
+
+
+def _sqlite_runs(path: Path) -> list[dict]:
+    with sqlite3.connect(path) as db:
+        db.row_factory = sqlite3.Row
+        rows = db.execute(
+            "SELECT scheduled_for, started_at, source, status, trigger, response_body"
+            " FROM endpoints_run ORDER BY scheduled_for"
+        ).fetchall()
+    return [
+        {
+            **dict(row),
+            "scheduled_for": datetime.fromisoformat(row["scheduled_for"]).replace(tzinfo=UTC),
+            "started_at": datetime.fromisoformat(row["started_at"]).replace(tzinfo=UTC),
+            "response_body": json.loads(row["response_body"]),
+        }
+        for row in rows
+    ]
+
+
+def test_runscheduler_on_sqlite_runs_a_one_second_endpoint_ten_times_in_ten_seconds_on_time(
+    tmp_path, target
+):
+    database = tmp_path / "cronicorn.sqlite3"
+    env = process_env(DATABASE_URL=f"sqlite:///{database}", CRONICORN_EXECUTOR_THREADS="4")
+    subprocess.run(manage("migrate", "-v", "0"), env=env, check=True, cwd=Path.cwd(), timeout=120)
+    setup = SETUP_SQLITE_ENDPOINT.format(url=target.url("/sqlite"))
+    made = subprocess.run(
+        manage("shell", "-c", setup), env=env, check=True, capture_output=True, timeout=60
+    )
+    start = datetime.fromisoformat(made.stdout.decode().strip().splitlines()[-1])
+    end = start + 10 * S
+
+    finished = subprocess.run(
+        manage("runscheduler", "--duration", str((end - timezone.now()).total_seconds() + 0.5)),
+        env=env,
+        capture_output=True,
+        timeout=60,
+    )
+
+    assert finished.returncode == 0, finished.stderr.decode()[-3000:]
+    runs = [run for run in _sqlite_runs(database) if run["scheduled_for"] < end]
+    lateness = [(run["started_at"] - run["scheduled_for"]).total_seconds() for run in runs]
+    print(
+        f"runscheduler sqlite: {len(runs)} runs, lateness ms p50="
+        f"{statistics.median(lateness) * 1000:.1f} max={max(lateness) * 1000:.1f}"
+    )
+    assert 9 <= len(runs) <= 11
+    assert runs[0]["scheduled_for"] == start
+    assert all(0 <= late < 0.2 for late in lateness), lateness
+    assert {(run["source"], run["status"], run["trigger"]) for run in runs} == {
+        (Source.BASELINE_INTERVAL, RunStatus.SUCCESS, RunTrigger.SCHEDULED)
+    }
+    assert [run["response_body"] for run in runs] == [
+        {"ok": True, "n": k + 1} for k in range(len(runs))
+    ]
+
+
+def test_sigterm_stops_claiming_finishes_the_run_in_flight_and_exits_zero(
+    make_endpoint, target, tmp_path
+):
+    target.reply("/slow", delay=1.5)
+    endpoint = make_endpoint(url=target.url("/slow"), next_run_at=timezone.now() + 2 * S)
+    env = process_env(DATABASE_URL=child_database_url())
+    with running(manage("runscheduler"), env=env, log=tmp_path / "scheduler.log") as process:
+        assert target.wait_for(lambda: target.hits(), timeout=30)
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(timeout=20) == 0
+
+    run = Run.objects.get(endpoint=endpoint)
+    assert run.status == RunStatus.SUCCESS
+    endpoint.refresh_from_db()
+    assert endpoint.claim_token is None
+    assert Endpoint.objects.filter(claim_token__isnull=False).count() == 0
