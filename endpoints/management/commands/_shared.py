@@ -9,8 +9,9 @@ from typing import Any
 from django.core.management.base import CommandError, CommandParser
 from django.utils.dateparse import parse_datetime
 
+from endpoints.governor import SOURCE_WORDS
 from endpoints.models import Endpoint, Job
-from endpoints.schedules import ScheduleError, parse_interval
+from endpoints.schedules import ScheduleError, describe_delta, parse_interval
 
 REF_HELP = "the endpoint, as job/endpoint or its numeric id"
 
@@ -65,3 +66,37 @@ def iso(value: datetime | None) -> str | None:
 
 def to_json(value: Any) -> str:
     return json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False)
+
+
+def table(headers: list[str], rows: list[list[str]], *, widest: int = 40) -> str:
+    """A plain text table; cells longer than ``widest`` are cut with an ellipsis."""
+    cut = [
+        [cell if len(cell) <= widest else cell[: widest - 1] + "…" for cell in row] for row in rows
+    ]
+    widths = [max([len(h), *(len(row[i]) for row in cut)]) for i, h in enumerate(headers)]
+    lines = [headers, *cut]
+    return "\n".join(
+        "  ".join(cell.ljust(width) for cell, width in zip(line, widths, strict=True)).rstrip()
+        for line in lines
+    )
+
+
+def next_run_words(endpoint: Endpoint, now: datetime) -> str:
+    """'in 25 seconds (baseline-interval)', or why there is none."""
+    if endpoint.archived_at:
+        return "never (archived)"
+    if endpoint.next_run_at is None:
+        return "not planned"
+    when = describe_delta(endpoint.next_run_at - now)
+    return f"{when} ({endpoint.next_run_source or 'unknown'})"
+
+
+def describe_endpoint_state(endpoint: Endpoint, now: datetime) -> str:
+    """One line for the end of an action: the next run, in words and as a time."""
+    if endpoint.next_run_at is None or endpoint.archived_at:
+        return f"{endpoint.ref}: {next_run_words(endpoint, now)}."
+    source = SOURCE_WORDS.get(endpoint.next_run_source, endpoint.next_run_source)
+    return (
+        f"{endpoint.ref}: next run {describe_delta(endpoint.next_run_at - now)} "
+        f"at {endpoint.next_run_at:%Y-%m-%d %H:%M:%S} UTC, set by {source}."
+    )

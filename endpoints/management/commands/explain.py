@@ -1,0 +1,138 @@
+"""``manage.py explain ENDPOINT``: the governor's decision trail for an endpoint."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.utils import timezone
+
+from endpoints.governor import SOURCE_WORDS, Decision, EndpointSchedule, decide
+from endpoints.management.commands._shared import (
+    add_endpoint_argument,
+    find_endpoint,
+    iso,
+    parse_when,
+    to_json,
+)
+from endpoints.models import Endpoint
+from endpoints.schedules import describe_delta, describe_schedule, format_interval
+
+
+class Command(BaseCommand):
+    help = (
+        "Explain when an endpoint runs next and why: the baseline and every fresh hint as "
+        "candidates, which one won and the rule that picked it, clamps to the min/max "
+        "interval, and a pause. The endpoint's current state is planned as of now (or "
+        "--at), exactly as the scheduler would plan it."
+    )
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        add_endpoint_argument(parser)
+        parser.add_argument(
+            "--at",
+            metavar="ISO",
+            help="Plan as of this time instead of now (ISO 8601; UTC when no offset).",
+        )
+        parser.add_argument("--json", action="store_true", help="JSON, for scripts.")
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        endpoint = find_endpoint(options["endpoint"])
+        now = parse_when(options["at"], option="--at") if options["at"] else timezone.now()
+        try:
+            decision = decide(now, EndpointSchedule.from_endpoint(endpoint))
+        except ValueError as exc:
+            raise CommandError(f"{endpoint.ref} cannot be planned: {exc}") from None
+        if options["json"]:
+            self.stdout.write(to_json(as_json(endpoint, decision)))
+        else:
+            self.stdout.write(as_text(endpoint, decision))
+
+
+def as_json(endpoint: Endpoint, decision: Decision) -> dict[str, Any]:
+    plan = decision.plan
+    return {
+        "endpoint": endpoint.ref,
+        "id": endpoint.pk,
+        "at": iso(decision.now),
+        "next_run_at": iso(plan.next_run_at),
+        "source": plan.source,
+        "source_words": SOURCE_WORDS[plan.source],
+        "chosen": decision.chosen.source,
+        "candidates": [
+            {
+                "source": candidate.source,
+                "at": iso(candidate.at),
+                "chosen": candidate == decision.chosen,
+            }
+            for candidate in decision.candidates
+        ],
+        "hints_fresh": decision.hints_fresh,
+        "steps": list(decision.steps),
+        "stored": {
+            "next_run_at": iso(endpoint.next_run_at),
+            "source": endpoint.next_run_source or None,
+        },
+        "archived": endpoint.archived_at is not None,
+        "job_status": endpoint.job.status,
+    }
+
+
+def as_text(endpoint: Endpoint, decision: Decision) -> str:
+    now, plan = decision.now, decision.plan
+    lines = [
+        f"{endpoint.ref} (id {endpoint.pk}) as of {now:%Y-%m-%d %H:%M:%S} UTC",
+        f"  baseline:   {_baseline_words(endpoint)}",
+        f"  bounds:     {_bounds_words(endpoint)}",
+        "  candidates:",
+    ]
+    for candidate in decision.candidates:
+        mark = "*" if candidate == decision.chosen else " "
+        lines.append(
+            f"   {mark} {candidate.source:<18} {candidate.at:%Y-%m-%d %H:%M:%S}  "
+            f"({describe_delta(candidate.at - now)})"
+        )
+    lines.append("  steps:")
+    lines += [f"    - {step}" for step in decision.steps]
+    lines.append(
+        f"Next run {describe_delta(plan.next_run_at - now)} at "
+        f"{plan.next_run_at:%Y-%m-%d %H:%M:%S} UTC, set by {SOURCE_WORDS[plan.source]} "
+        f"({plan.source})."
+    )
+    lines += _caveats(endpoint, decision)
+    return "\n".join(lines)
+
+
+def _baseline_words(endpoint: Endpoint) -> str:
+    words = describe_schedule(
+        baseline_cron=endpoint.baseline_cron,
+        timezone=endpoint.timezone,
+        baseline_interval_ms=endpoint.baseline_interval_ms,
+    )
+    if endpoint.failure_count:
+        words += f"; {endpoint.failure_count} failure(s) in a row"
+    return words
+
+
+def _bounds_words(endpoint: Endpoint) -> str:
+    low, high = endpoint.min_interval_ms, endpoint.max_interval_ms
+    if not low and not high:
+        return "none"
+    return (
+        f"min {format_interval(low) if low else '-'}, max {format_interval(high) if high else '-'}"
+    )
+
+
+def _caveats(endpoint: Endpoint, decision: Decision) -> list[str]:
+    notes = []
+    if endpoint.archived_at:
+        notes.append("Note: the endpoint is archived, so it never runs.")
+    if endpoint.job.status != "active":
+        notes.append(f"Note: job {endpoint.job.name} is {endpoint.job.status}; nothing runs.")
+    stored = endpoint.next_run_at
+    if stored and stored != decision.plan.next_run_at:
+        notes.append(
+            f"Stored next run: {stored:%Y-%m-%d %H:%M:%S} UTC ({endpoint.next_run_source}), "
+            "planned when the endpoint last ran or changed."
+        )
+    return notes

@@ -1,0 +1,85 @@
+"""``manage.py runs ENDPOINT``: an endpoint's recent runs."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+from endpoints.management.commands._shared import (
+    add_endpoint_argument,
+    find_endpoint,
+    iso,
+    table,
+    to_json,
+)
+from endpoints.models import Run
+
+
+class Command(BaseCommand):
+    help = (
+        "Show an endpoint's latest runs, newest first: when it started, trigger, the "
+        "governor source that scheduled it, status, HTTP code, duration, how late it "
+        "started and the error."
+    )
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        add_endpoint_argument(parser)
+        parser.add_argument(
+            "--limit", type=int, default=20, help="How many runs (default 20, at most 1000)."
+        )
+        parser.add_argument("--json", action="store_true", help="A JSON list, for scripts.")
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        if not 1 <= options["limit"] <= 1000:
+            raise CommandError(f"--limit {options['limit']}: give a number from 1 to 1000.")
+        endpoint = find_endpoint(options["endpoint"])
+        runs = list(
+            Run.objects.filter(endpoint=endpoint).order_by("-started_at", "-pk")[: options["limit"]]
+        )
+        if options["json"]:
+            self.stdout.write(to_json([as_json(run) for run in runs]))
+            return
+        if not runs:
+            self.stdout.write(f"{endpoint.ref} has no runs yet.")
+            return
+        headers = ["ID", "STARTED (UTC)", "TRIGGER", "SOURCE", "STATUS", "CODE", "TOOK", "LATE"]
+        self.stdout.write(f"{endpoint.ref}: latest {len(runs)} run(s)")
+        self.stdout.write(table([*headers, "ERROR"], [as_row(run) for run in runs], widest=50))
+
+
+def as_row(run: Run) -> list[str]:
+    return [
+        str(run.pk),
+        f"{run.started_at:%Y-%m-%d %H:%M:%S}",
+        run.trigger,
+        run.source or "-",
+        run.status,
+        str(run.status_code or "-"),
+        f"{run.duration_ms} ms" if run.duration_ms is not None else "-",
+        f"{lateness_ms(run)} ms",
+        " ".join(run.error.split()) or "-",
+    ]
+
+
+def lateness_ms(run: Run) -> int:
+    return max(int((run.started_at - run.scheduled_for).total_seconds() * 1000), 0)
+
+
+def as_json(run: Run) -> dict[str, Any]:
+    return {
+        "id": run.pk,
+        "trigger": run.trigger,
+        "source": run.source or None,
+        "scheduled_for": iso(run.scheduled_for),
+        "started_at": iso(run.started_at),
+        "finished_at": iso(run.finished_at),
+        "duration_ms": run.duration_ms,
+        "lateness_ms": lateness_ms(run),
+        "status": run.status,
+        "status_code": run.status_code,
+        "response_size_bytes": run.response_size_bytes,
+        "response_truncated": run.response_truncated,
+        "error": run.error,
+        "attempt": run.attempt,
+    }
