@@ -281,7 +281,12 @@ LOGGING = {
         "cronicorn": _SCHEDULER_LOGGER,
         "endpoints": _SCHEDULER_LOGGER,
         "planner": _SCHEDULER_LOGGER,
-        "celery": {"handlers": ["console"], "level": CRONICORN_LOG_LEVEL, "propagate": False},
+        # Celery's own DEBUG lines (bootsteps, every task signature) are not scheduler lines.
+        "celery": {
+            "handlers": ["console"],
+            "level": "INFO" if CRONICORN_LOG_LEVEL == "DEBUG" else CRONICORN_LOG_LEVEL,
+            "propagate": False,
+        },
         # One line per beat send and per task received/succeeded would drown the rest.
         "celery.beat": {"level": "WARNING"},
         "celery.app.trace": {"level": "WARNING"},
