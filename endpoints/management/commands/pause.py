@@ -1,0 +1,69 @@
+"""``manage.py pause``: pause an endpoint for a while, or a whole job."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.utils import timezone
+
+from endpoints.management.commands._shared import (
+    REF_HELP,
+    describe_endpoint_state,
+    find_endpoint,
+    find_job,
+    parse_duration,
+    parse_when,
+)
+from endpoints.scheduling import OperationRefused, pause_endpoint, pause_job
+
+
+class Command(BaseCommand):
+    help = (
+        "Pause an endpoint until a time (--for 2h or --until ISO): it does not run until "
+        "then, and runs again on its own afterwards. With --job JOB, pause every endpoint "
+        "of the job until 'resume --job JOB'."
+    )
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("endpoint", nargs="?", metavar="ENDPOINT", help=REF_HELP + ".")
+        when = parser.add_mutually_exclusive_group()
+        when.add_argument("--for", dest="duration", metavar="DURATION", help="e.g. 30m, 2h, 1d.")
+        when.add_argument("--until", metavar="ISO", help="e.g. 2026-03-01T14:30:00Z.")
+        parser.add_argument("--reason", default="", help="Why; shown in the hint history.")
+        parser.add_argument("--job", metavar="JOB", help="Pause this whole job (name or id).")
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        now = timezone.now()
+        try:
+            if options["job"]:
+                self.pause_job(options, now)
+            else:
+                self.pause_endpoint(options, now)
+        except OperationRefused as exc:
+            raise CommandError(str(exc)) from None
+
+    def pause_job(self, options: dict[str, Any], now: Any) -> None:
+        if options["endpoint"] or options["duration"] or options["until"]:
+            raise CommandError(
+                "--job pauses a job until 'resume --job'; give no ENDPOINT, --for or --until."
+            )
+        job = find_job(options["job"])
+        pause_job(job, now=now)
+        self.stdout.write(
+            f"Job {job.name} paused; resume it with: manage.py resume --job {job.name}"
+        )
+
+    def pause_endpoint(self, options: dict[str, Any], now: Any) -> None:
+        if not options["endpoint"]:
+            raise CommandError("Name the ENDPOINT to pause (job/endpoint or id), or use --job.")
+        if options["duration"]:
+            until = now + parse_duration(options["duration"], option="--for")
+        elif options["until"]:
+            until = parse_when(options["until"], option="--until")
+        else:
+            raise CommandError("Say for how long: --for 2h, or --until 2026-03-01T14:30:00Z.")
+        endpoint = find_endpoint(options["endpoint"])
+        pause_endpoint(endpoint, now=now, until=until, reason=options["reason"])
+        endpoint.refresh_from_db()
+        self.stdout.write(describe_endpoint_state(endpoint, now))

@@ -1,0 +1,45 @@
+"""``manage.py resume``: lift an endpoint's pause, or a job's."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.utils import timezone
+
+from endpoints.management.commands._shared import (
+    REF_HELP,
+    describe_endpoint_state,
+    find_endpoint,
+    find_job,
+)
+from endpoints.scheduling import OperationRefused, resume_endpoint, resume_job
+
+
+class Command(BaseCommand):
+    help = (
+        "Lift an endpoint's pause (a person's or the planner's); its next run is planned "
+        "again from now. With --job JOB, resume a paused job and replan its endpoints."
+    )
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("endpoint", nargs="?", metavar="ENDPOINT", help=REF_HELP + ".")
+        parser.add_argument("--reason", default="", help="Why; shown in the hint history.")
+        parser.add_argument("--job", metavar="JOB", help="Resume this whole job (name or id).")
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        now = timezone.now()
+        if bool(options["job"]) == bool(options["endpoint"]):
+            raise CommandError("Give either an ENDPOINT or --job JOB.")
+        try:
+            if options["job"]:
+                job = find_job(options["job"])
+                resume_job(job, now=now)
+                self.stdout.write(f"Job {job.name} resumed.")
+                return
+            endpoint = find_endpoint(options["endpoint"])
+            resume_endpoint(endpoint, now=now, reason=options["reason"])
+        except OperationRefused as exc:
+            raise CommandError(str(exc)) from None
+        endpoint.refresh_from_db()
+        self.stdout.write(describe_endpoint_state(endpoint, now))
