@@ -36,6 +36,7 @@ from endpoints.admin_display import (
     run_link,
     status_badge,
     when,
+    when_precisely,
 )
 from endpoints.admin_filters import (
     BoundedCountPaginator,
@@ -304,7 +305,8 @@ class EndpointAdmin(TenantScopedAdmin):
         )
 
     def get_fieldsets(self, request: HttpRequest, obj: Any = None) -> Any:
-        return (*self.fieldsets, self.state_fieldset) if obj else self.fieldsets
+        # The state comes first on a change page: it is what a person opens it for.
+        return (self.state_fieldset, *self.fieldsets) if obj else self.fieldsets
 
     def formfield_for_foreignkey(self, db_field: Any, request: HttpRequest, **kwargs: Any) -> Any:
         if db_field.name == "job":
@@ -358,6 +360,8 @@ class EndpointAdmin(TenantScopedAdmin):
         hint = hint_badge(obj, now)
         if hint:
             badges.append(hint)
+        if not badges:
+            return format_html('<span class="cc-muted">{}</span>', "active")
         return format_html_join(" ", "{}", ((badge,) for badge in badges))
 
     # --- change page ----------------------------------------------------------------------
@@ -422,7 +426,7 @@ class EndpointAdmin(TenantScopedAdmin):
         return {
             "recent_runs": runs[:RECENT_RUNS_LISTED],
             "runs_url": reverse("admin:endpoints_run_changelist") + f"?endpoint={endpoint.pk}",
-            "duration_chart": duration_chart(bars),
+            "duration_chart": duration_chart(bars, slots=RECENT_RUNS),
             "chart_legend": chart_legend(),
             "recent_sessions": sessions,
             "sessions_url": reverse("admin:planner_analysissession_changelist")
@@ -504,7 +508,7 @@ class EndpointAdmin(TenantScopedAdmin):
 class RunAdmin(RecordAdmin):
     tenant_path = "endpoint__job__tenant"
     list_display = (
-        "started_at",
+        "started",
         "endpoint_ref",
         "trigger",
         "source",
@@ -528,8 +532,7 @@ class RunAdmin(RecordAdmin):
         (None, {"fields": ("endpoint_ref", "trigger", "source", "status_shown", "attempt",
                            "retry_link")}),
         ("Request", {"fields": ("request_made",)}),
-        ("Timings", {"fields": ("scheduled_for", "started_at", "finished_at", "duration",
-                                "lateness")}),
+        ("Timings", {"fields": ("scheduled", "started", "finished", "duration", "lateness")}),
         ("Response", {"fields": ("status_code", "response_size", "response_pretty")}),
         ("Error", {"fields": ("error",)}),
     )  # fmt: skip
@@ -541,9 +544,9 @@ class RunAdmin(RecordAdmin):
         "attempt",
         "retry_link",
         "request_made",
-        "scheduled_for",
-        "started_at",
-        "finished_at",
+        "scheduled",
+        "started",
+        "finished",
         "duration",
         "lateness",
         "status_code",
@@ -555,6 +558,18 @@ class RunAdmin(RecordAdmin):
     @admin.display(description="endpoint", ordering="endpoint__name")
     def endpoint_ref(self, obj: Run) -> str:
         return endpoint_link(obj.endpoint)
+
+    @admin.display(description="started", ordering="started_at")
+    def started(self, obj: Run) -> str:
+        return when_precisely(obj.started_at)
+
+    @admin.display(description="scheduled for")
+    def scheduled(self, obj: Run) -> str:
+        return when_precisely(obj.scheduled_for)
+
+    @admin.display(description="finished")
+    def finished(self, obj: Run) -> str:
+        return when_precisely(obj.finished_at)
 
     @admin.display(description="status", ordering="status")
     def status_shown(self, obj: Run) -> SafeString:

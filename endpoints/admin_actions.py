@@ -43,7 +43,7 @@ def _ok(message: str | SafeString) -> Outcome:
 
 def _run_now(endpoint: Endpoint, now: datetime, user: Any, data: Mapping[str, Any]) -> Outcome:
     scheduling.run_now(endpoint, now=now, user=user)
-    return _ok(f"{endpoint}: run requested; it starts within a second.")
+    return _ok(f"Run requested for {endpoint}; it starts within a second.")
 
 
 def _test(endpoint: Endpoint, now: datetime, user: Any, data: Mapping[str, Any]) -> Outcome:
@@ -52,7 +52,7 @@ def _test(endpoint: Endpoint, now: datetime, user: Any, data: Mapping[str, Any])
     took = f" in {run.duration_ms} ms" if run.duration_ms is not None else ""
     error = f": {run.error}" if run.error else ""
     message = format_html(
-        '{}: test request {} ({}{}){}. <a href="{}">See the run</a>.',
+        'Test request to {}: {} ({}{}){}. <a href="{}">See the run</a>.',
         endpoint,
         run.status,
         code,
@@ -70,7 +70,7 @@ def _pause_for(hours: int) -> Callable[[Endpoint, datetime, Any, Mapping[str, An
         scheduling.pause_endpoint(
             endpoint, now=now, until=until, reason=f"Paused for {hours} h in the admin", user=user
         )
-        return _ok(f"{endpoint}: paused until {until:%Y-%m-%d %H:%M} UTC.")
+        return _ok(f"Paused {endpoint} until {until:%Y-%m-%d %H:%M} UTC.")
 
     return pause
 
@@ -79,33 +79,33 @@ def _pause_until(endpoint: Endpoint, now: datetime, user: Any, data: Mapping[str
     form = PauseUntilForm(data, now=now)
     if not form.is_valid():
         problems = "; ".join(str(e) for errors in form.errors.values() for e in errors)
-        return Outcome(messages.ERROR, f"{endpoint}: not paused. {problems}")
+        return Outcome(messages.ERROR, f"{endpoint} was not paused: {problems}")
     until = form.cleaned_data["until"]
     reason = form.cleaned_data["reason"] or "Paused in the admin"
     scheduling.pause_endpoint(endpoint, now=now, until=until, reason=reason, user=user)
-    return _ok(f"{endpoint}: paused until {until:%Y-%m-%d %H:%M} UTC.")
+    return _ok(f"Paused {endpoint} until {until:%Y-%m-%d %H:%M} UTC.")
 
 
 def _resume(endpoint: Endpoint, now: datetime, user: Any, data: Mapping[str, Any]) -> Outcome:
     scheduling.resume_endpoint(endpoint, now=now, reason="Resumed in the admin", user=user)
-    return _ok(f"{endpoint}: resumed.")
+    return _ok(f"Resumed {endpoint}.")
 
 
 def _clear_hints(endpoint: Endpoint, now: datetime, user: Any, data: Mapping[str, Any]) -> Outcome:
     scheduling.clear_hints(endpoint, now=now, reason="Cleared in the admin", user=user)
-    return _ok(f"{endpoint}: hints cleared; back on its baseline schedule.")
+    return _ok(f"Cleared the hints of {endpoint}; it is back on its baseline schedule.")
 
 
 def _reset_failures(
     endpoint: Endpoint, now: datetime, user: Any, data: Mapping[str, Any]
 ) -> Outcome:
     scheduling.reset_failures(endpoint, now=now, user=user)
-    return _ok(f"{endpoint}: failure count reset; the backoff is gone.")
+    return _ok(f"Reset the failure count of {endpoint}; its backoff is gone.")
 
 
 def _archive(endpoint: Endpoint, now: datetime, user: Any, data: Mapping[str, Any]) -> Outcome:
     scheduling.archive_endpoint(endpoint, now=now, user=user)
-    return _ok(f"{endpoint}: archived; it will not run again.")
+    return _ok(f"Archived {endpoint}; it will not run again.")
 
 
 OPERATIONS: dict[str, Operation] = {
@@ -124,8 +124,8 @@ OPERATIONS: dict[str, Operation] = {
 def perform(
     name: str, endpoint: Endpoint, *, now: datetime, user: Any, data: Mapping[str, Any]
 ) -> Outcome:
-    """Run one operation; a refusal becomes an error message naming the endpoint."""
+    """Run one operation; a refusal becomes an error message (it names the endpoint)."""
     try:
         return OPERATIONS[name].perform(endpoint, now, user, data)
     except OperationRefused as exc:
-        return Outcome(messages.ERROR, f"{endpoint}: {exc}")
+        return Outcome(messages.ERROR, str(exc))

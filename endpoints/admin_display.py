@@ -25,6 +25,11 @@ def when(at: datetime | None) -> str:
     return f"{at:%Y-%m-%d %H:%M:%S} UTC" if at else "—"
 
 
+def when_precisely(at: datetime | None) -> str:
+    """To the millisecond: run timings are read at that grain."""
+    return f"{at:%Y-%m-%d %H:%M:%S}.{at.microsecond // 1000:03d} UTC" if at else "—"
+
+
 def status_badge(status: str) -> SafeString:
     return format_html('<span class="cc-badge cc-{}">{}</span>', status, status)
 

@@ -13,7 +13,7 @@ from django import forms
 from django.core.exceptions import ValidationError
 
 from endpoints.executor import MASK, mask_headers
-from endpoints.models import Endpoint, Job, Tenant
+from endpoints.models import Endpoint, HttpMethod, Job, Tenant
 from endpoints.schedules import ScheduleError, format_interval, parse_interval
 
 SCHEDULE_FIELDS = frozenset(
@@ -69,6 +69,7 @@ class EndpointAdminForm(forms.ModelForm):
         label="Timeout",
         example="30s",
         required=True,
+        initial=30_000,
         help_text="Total deadline for connect, headers and body (1s .. 30m).",
     )
 
@@ -91,12 +92,23 @@ class EndpointAdminForm(forms.ModelForm):
             "max_interval_ms",
             "description",
         ]
+        widgets = {
+            "headers": forms.Textarea(attrs={"rows": 3, "cols": 70, "class": "cc-code"}),
+            "secret_header_names": forms.Textarea(
+                attrs={"rows": 1, "cols": 70, "class": "cc-code"}
+            ),
+            "body": forms.Textarea(attrs={"rows": 3, "cols": 70, "class": "cc-code"}),
+        }
         labels = {
             "baseline_cron": "Cron",
             "url": "URL",
             "max_response_size_kb": "Response size cap (KB)",
         }
         help_texts = {
+            "secret_header_names": 'A JSON list, e.g. ["X-Partner"]. Names containing '
+            "authorization, cookie, token, secret, key, password or signature are masked "
+            "anyway.",
+            "body": "JSON sent with POST, PUT and PATCH; null for none.",
             "baseline_cron": "5 fields (minute hour day month weekday) or @hourly, @daily… "
             "Leave empty to use an interval.",
             "timezone": "IANA name the cron is read in, e.g. Europe/Berlin.",
@@ -106,6 +118,9 @@ class EndpointAdminForm(forms.ModelForm):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
+        # The methods read as they are sent (GET, not "Get").
+        method: Any = self.fields["method"]
+        method.choices = [(m, m) for m in HttpMethod.values]
         if self.instance.pk and isinstance(self.instance.headers, dict):
             self.initial["headers"] = mask_headers(
                 self.instance.headers, tuple(self.instance.secret_header_names or ())

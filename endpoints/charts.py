@@ -30,16 +30,18 @@ class Bar:
     status: str
 
 
-def duration_chart(bars: Sequence[Bar]) -> SafeString:
-    """Oldest run on the left; bar height is the duration, colour the status."""
+def duration_chart(bars: Sequence[Bar], *, slots: int = 50) -> SafeString:
+    """Oldest run on the left, newest at the right edge; height is the duration, colour
+    the status. ``slots`` fixes the bar width, so a few runs do not fill the chart."""
     if not bars:
         return format_html('<p class="cc-muted">{}</p>', "No runs yet.")
     longest = max((bar.duration_ms or 0) for bar in bars) or 1
-    slot = WIDTH / len(bars)
+    slot = WIDTH / max(slots, len(bars))
+    first = max(slots, len(bars)) - len(bars)
     rects = format_html_join(
         "",
         '<rect x="{}" y="{}" width="{}" height="{}" fill="{}"><title>{}</title></rect>',
-        (_rect(index, bar, slot, longest) for index, bar in enumerate(bars)),
+        (_rect(first + index, bar, slot, longest) for index, bar in enumerate(bars)),
     )
     return format_html(
         '<svg class="cc-chart" role="img" aria-label="{}" viewBox="0 0 {} {}" width="{}" '
@@ -57,7 +59,7 @@ def duration_chart(bars: Sequence[Bar]) -> SafeString:
         HEIGHT,
         rects,
         HEIGHT + AXIS - 3,
-        f"{len(bars)} runs, longest {longest} ms",
+        f"{len(bars)} run{'s' if len(bars) != 1 else ''}, longest {longest} ms",
         WIDTH,
         HEIGHT + AXIS - 3,
         "newest →",

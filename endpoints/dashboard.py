@@ -121,7 +121,9 @@ def _planner_usage(tenant_ids: list[int] | None, now: datetime) -> list[dict[str
                 "tenant": tenant,
                 "sessions": used.get("sessions", 0),
                 "tokens": tokens,
+                "tokens_shown": f"{tokens:,}",
                 "budget": budget,
+                "budget_shown": f"{budget:,}",
                 "percent": round(100 * tokens / budget) if budget else None,
                 "over": bool(budget) and tokens >= budget,
             }

@@ -337,13 +337,13 @@ def test_pausing_for_an_hour_and_resuming_from_the_change_page(world: World) -> 
     assert endpoint.paused_until is not None
     assert endpoint.paused_until > timezone.now() + timedelta(minutes=59)
     assert endpoint.next_run_source == "paused"
-    assert any("paused until" in m for m in messages_of(paused))
+    assert any("Paused ops-alpha/alpha-orders until" in m for m in messages_of(paused))
     assert HintHistory.objects.filter(endpoint=endpoint, kind="pause").exists()
 
     resumed = client.post(operation_url(endpoint, "resume"), follow=True)
     endpoint.refresh_from_db()
     assert endpoint.paused_until is None or endpoint.paused_until <= timezone.now()
-    assert any("resumed" in m for m in messages_of(resumed))
+    assert any("Resumed ops-alpha/alpha-orders." in m for m in messages_of(resumed))
 
 
 def test_pausing_until_a_chosen_time_and_refusing_a_past_one(world: World) -> None:
@@ -373,7 +373,7 @@ def test_run_now_asks_for_a_run_at_once(world: World) -> None:
     endpoint.refresh_from_db()
     assert endpoint.next_run_at is not None
     assert endpoint.next_run_at <= timezone.now()
-    assert any("run requested" in m for m in messages_of(response))
+    assert any("Run requested for ops-alpha/alpha-orders" in m for m in messages_of(response))
 
 
 def test_run_now_while_a_run_is_in_flight_shows_the_refusal(world: World) -> None:
@@ -387,7 +387,7 @@ def test_run_now_while_a_run_is_in_flight_shows_the_refusal(world: World) -> Non
 
     errors = [str(m) for m in get_messages(response.wsgi_request) if m.level_tag == "error"]
     assert len(errors) == 1, messages_of(response)
-    assert errors[0].startswith("ops-alpha/alpha-orders: ")
+    assert errors[0].startswith("ops-alpha/alpha-orders is running now")
     assert f"run {run.pk} started" in errors[0] and "wait for it to finish" in errors[0]
 
 
@@ -414,7 +414,7 @@ def test_a_test_request_records_a_test_run_and_shows_its_result(
     run = Run.objects.get(endpoint=endpoint, trigger=RunTrigger.TEST)
     assert run.status == RunStatus.SUCCESS and run.response_body == {"status": "healthy"}
     shown = " ".join(messages_of(response))
-    assert "test request success (HTTP 200" in shown
+    assert "Test request to ops-alpha/alpha-orders: success (HTTP 200" in shown
     assert reverse("admin:endpoints_run_change", args=[run.pk]) in shown
     assert Endpoint.objects.get(pk=endpoint.pk).next_run_at == next_before
 
@@ -595,7 +595,7 @@ def test_the_dashboard_shows_health_failing_endpoints_and_planner_usage(world: W
     assert "ops-alpha/alpha-orders" in failing and "upstream said 503" in failing
     assert "beta" not in failing.lower()
     planner = text.split('id="cc-planner"')[1]
-    assert "Alpha" in planner and "1234 (1%)" in planner and "Beta" not in planner
+    assert "Alpha" in planner and "1,234 (1%)" in planner and "Beta" not in planner
     runs = text.split('id="cc-runs-hour"')[1].split("</div></div>")[0]
     assert 'cc-value">1<' in runs  # only Alpha's run in the last hour
 
