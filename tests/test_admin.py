@@ -495,6 +495,16 @@ def test_pause_until_from_the_list_asks_for_the_time_first(world: World) -> None
     assert Endpoint.objects.get(pk=world.a.endpoint.pk).paused_until == until
 
 
+def test_a_member_creates_a_job_in_their_tenant(world: World) -> None:
+    response = world.client_for(world.alice).post(
+        reverse("admin:endpoints_job_add"),
+        {"tenant": str(world.a.tenant.pk), "name": "billing", "status": "active"},
+    )
+
+    assert response.status_code == 302
+    assert Job.objects.get(name="billing").tenant == world.a.tenant
+
+
 def test_jobs_are_paused_and_resumed_from_the_list(world: World) -> None:
     client = world.client_for(world.alice)
     url = reverse("admin:endpoints_job_changelist")

@@ -106,13 +106,16 @@ def test_job_actions_ignore_another_tenants_jobs(world: World, name: str) -> Non
     assert Job.objects.get(pk=world.b.job.pk).status == before
 
 
+@pytest.mark.parametrize("query", ["", "?_facets=1"], ids=["plain", "with-counts"])
 @pytest.mark.parametrize("url_name", LISTS)
-def test_lists_and_their_filters_never_name_another_tenant(world: World, url_name: str) -> None:
+def test_lists_and_their_filters_never_name_another_tenant(
+    world: World, url_name: str, query: str
+) -> None:
     Endpoint.objects.filter(pk=world.b.endpoint.pk).update(failure_count=9)
     client = world.client_for(world.alice)
     kwargs = {"app_label": "endpoints"} if url_name == "admin:app_list" else {}
 
-    response = client.get(reverse(url_name, kwargs=kwargs))
+    response = client.get(reverse(url_name, kwargs=kwargs) + query)
 
     assert response.status_code == 200
     text = response.content.decode()
