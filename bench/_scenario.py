@@ -1,0 +1,425 @@
+"""One end-to-end scenario, run in its own process (its own database and Django setup):
+
+1. a fresh database, the fast local server, ``n`` endpoints not yet due;
+2. the raw HTTP ceiling: ``perform_request`` on ``threads`` threads against that server;
+3. the scheduler (Celery beat + tick worker + execute worker(s), or runscheduler);
+4. the endpoints made due, spread evenly over one interval; after ``warmup`` seconds a
+   window of ``window`` seconds is measured: runs finished, start lateness, CPU per run.
+
+    .venv/bin/python bench/_scenario.py '{"mode": "celery", "database": "postgres", ...}'
+
+Prints the result as JSON on its last line. ``throughput.py`` and ``lateness.py`` call it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from _common import (
+    RESULTS,
+    ROOT,
+    bench_env,
+    fresh_database,
+    load,
+    percentile,
+    pg_url,
+    setup_django,
+    sqlite_url,
+    wait_until,
+)
+
+LOGS = RESULTS / "logs"
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+FAR_FUTURE = timedelta(days=1)
+
+
+@dataclass
+class Params:
+    mode: str  # "celery" or "runscheduler"
+    database: str  # "postgres" or "sqlite"
+    n: int = 200
+    interval_ms: int = 1000
+    warmup: float = 5.0
+    window: float = 20.0
+    threads: int = 16  # execution threads per process (CRONICORN_EXECUTOR_THREADS)
+    celery_concurrency: int = 4  # Celery pool threads of each execute worker
+    workers: int = 1  # execute worker processes (Celery)
+    chunk_size: int | None = None  # override endpoints.tasks.CHUNK_SIZE (Celery)
+    batch: int = 5000  # CRONICORN_BATCH_SIZE
+    ceiling_seconds: float = 5.0
+    label: str = ""
+    extra_env: dict[str, str] = field(default_factory=dict)
+
+    def database_url(self) -> str:
+        if self.database == "sqlite":
+            return sqlite_url(f"bench_{self.mode}")
+        return pg_url(f"cc_bench_{self.mode}")
+
+
+class Processes:
+    """Child processes, each with its own log; all stopped (TERM, then KILL) on exit."""
+
+    def __init__(self, env: dict[str, str]) -> None:
+        self.env = env
+        self.children: dict[str, subprocess.Popen[bytes]] = {}
+        LOGS.mkdir(parents=True, exist_ok=True)
+
+    def start(self, name: str, args: Sequence[str]) -> subprocess.Popen[bytes]:
+        with (LOGS / f"{name}.log").open("wb") as log:
+            child = subprocess.Popen(
+                list(args),
+                cwd=ROOT,
+                env=self.env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        self.children[name] = child
+        return child
+
+    def log(self, name: str) -> str:
+        return (LOGS / f"{name}.log").read_text(errors="replace")
+
+    def __enter__(self) -> Processes:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for child in self.children.values():
+            if child.poll() is None:
+                child.send_signal(signal.SIGTERM)
+        for child in self.children.values():
+            try:
+                child.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                child.kill()
+                child.wait(timeout=10)
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU of a process (all its threads) so far; 0 if it is gone."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (FileNotFoundError, ProcessLookupError):
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / CLK_TCK
+
+
+def machine_busy() -> tuple[float, float]:
+    """(busy, total) CPU seconds of the whole machine so far, from /proc/stat."""
+    values = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    idle = values[3] + values[4]
+    return (sum(values) - idle) / CLK_TCK, sum(values) / CLK_TCK
+
+
+def redis_pid() -> int | None:
+    try:
+        out = subprocess.run(
+            ["redis-cli", "info", "server"], capture_output=True, text=True, timeout=5
+        ).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    for line in out.splitlines():
+        if line.startswith("process_id:"):
+            return int(line.split(":")[1])
+    return None
+
+
+def postgres_backends() -> list[int]:
+    """Server processes serving this database (PostgreSQL only)."""
+    from django.db import connection
+
+    if connection.vendor != "postgresql":
+        return []
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT pid FROM pg_stat_activity WHERE datname = current_database() "
+            "AND pid <> pg_backend_pid()"
+        )
+        return [row[0] for row in cursor.fetchall()]
+
+
+class CpuMeter:
+    """CPU used by each component between ``start()`` and ``stop()``."""
+
+    def __init__(self, pids: dict[str, int]) -> None:
+        self.pids = pids
+
+    def _sample(self) -> dict[str, float]:
+        sample = {name: cpu_seconds(pid) for name, pid in self.pids.items()}
+        backends = postgres_backends()
+        self.backends = set(getattr(self, "backends", set())) | set(backends)
+        sample["postgres (this db)"] = sum(cpu_seconds(pid) for pid in self.backends)
+        busy, total = machine_busy()
+        sample["machine busy"], sample["machine total"] = busy, total
+        return sample
+
+    def start(self) -> None:
+        self.backends: set[int] = set(postgres_backends())
+        self.before = self._sample()
+
+    def stop(self) -> dict[str, float]:
+        after = self._sample()
+        return {name: after[name] - self.before.get(name, 0.0) for name in after}
+
+
+def make_endpoints(params: Params, url: str) -> None:
+    from django.utils import timezone
+
+    from endpoints.models import Endpoint, Job, Tenant
+
+    tenant = Tenant.objects.create(name="bench", max_endpoints=params.n + 10)
+    job = Job.objects.create(tenant=tenant, name="load")
+    later = timezone.now() + FAR_FUTURE
+    Endpoint.objects.bulk_create(
+        [
+            Endpoint(
+                job=job,
+                name=f"e{i}",
+                url=url,
+                baseline_interval_ms=params.interval_ms,
+                timeout_ms=5000,
+                next_run_at=later,
+                next_run_source="baseline-interval",
+            )
+            for i in range(params.n)
+        ],
+        batch_size=1000,
+    )
+
+
+def make_due(params: Params, start: datetime) -> None:
+    """Spread the first runs evenly over one interval from ``start``: a steady rate."""
+    from endpoints.models import Endpoint
+
+    endpoints = list(Endpoint.objects.order_by("pk").only("pk"))
+    step = params.interval_ms / len(endpoints)
+    for i, endpoint in enumerate(endpoints):
+        endpoint.next_run_at = start + timedelta(milliseconds=i * step)
+    Endpoint.objects.bulk_update(endpoints, ["next_run_at"], batch_size=1000)
+
+
+def raw_http_ceiling(url: str, threads: int, seconds: float) -> dict[str, float]:
+    """Requests per second of ``perform_request`` alone, on ``threads`` threads."""
+    from endpoints.executor import HttpRequest, perform_request
+
+    request = HttpRequest(url=url, timeout_ms=5000)
+    counts = [0] * threads
+    failures = [0] * threads
+    deadline = time.monotonic() + seconds
+
+    def hammer(slot: int) -> None:
+        while time.monotonic() < deadline:
+            result = perform_request(request)
+            counts[slot] += 1
+            failures[slot] += result.status != "success"
+
+    cpu_before = time.process_time()
+    with ThreadPoolExecutor(threads) as pool:
+        list(pool.map(hammer, range(threads)))
+    cpu = time.process_time() - cpu_before
+    total = sum(counts)
+    return {
+        "requests_per_s": round(total / seconds, 1),
+        "failures": sum(failures),
+        "client_cpu_ms_per_request": round(1000 * cpu / max(total, 1), 3),
+    }
+
+
+def celery_args(role: str, queues: str, pool: str, concurrency: int) -> list[str]:
+    name = f"bench-{role}-{uuid.uuid4().hex[:6]}@localhost"
+    return [
+        sys.executable,
+        "bench/_celery_main.py",
+        "worker",
+        "-Q",
+        queues,
+        "-P",
+        pool,
+        "-c",
+        str(concurrency),
+        "-n",
+        name,
+        "-l",
+        "warning",
+        "--without-gossip",
+        "--without-mingle",
+        "--without-heartbeat",
+    ]
+
+
+def start_celery(params: Params, procs: Processes) -> dict[str, int]:
+    import redis
+
+    from cronicorn_site.celery import app
+
+    redis.Redis.from_url(procs.env["CELERY_BROKER_URL"]).flushdb()
+    pids = {}
+    names = []
+    for k in range(params.workers):
+        args = celery_args(f"execute{k}", "execute", "threads", params.celery_concurrency)
+        pids[f"execute worker {k}"] = procs.start(f"execute{k}", args).pid
+        names.append(args[args.index("-n") + 1])
+    tick_args = celery_args("tick", "tick", "solo", 1)
+    pids["tick worker"] = procs.start("tick", tick_args).pid
+    names.append(tick_args[tick_args.index("-n") + 1])
+    if not wait_until(lambda: _answered(app, names), timeout=60, every=0.5):
+        raise RuntimeError(f"Celery workers did not start; see {LOGS}")
+    schedule = RESULTS / "celerybeat-schedule"
+    schedule.unlink(missing_ok=True)
+    beat = [sys.executable, "bench/_celery_main.py", "beat", "-s", str(schedule), "-l", "warning"]
+    pids["beat"] = procs.start("beat", beat).pid
+    return pids
+
+
+def _answered(app: Any, names: list[str]) -> bool:
+    replies = app.control.ping(destination=names, timeout=0.5)
+    return {name for reply in replies for name in reply} >= set(names)
+
+
+def start_runscheduler(params: Params, procs: Processes) -> dict[str, int]:
+    from endpoints.models import Heartbeat
+
+    duration = params.warmup + params.window + 10
+    args = [
+        sys.executable,
+        "manage.py",
+        "runscheduler",
+        "--duration",
+        str(duration),
+        "--threads",
+        str(params.threads),
+    ]
+    pid = procs.start("runscheduler", args).pid
+    if not wait_until(lambda: Heartbeat.objects.filter(name="tick").exists(), timeout=60):
+        raise RuntimeError(f"runscheduler did not tick; see {LOGS / 'runscheduler.log'}")
+    return {"runscheduler": pid}
+
+
+def window_figures(start: datetime, end: datetime) -> dict[str, Any]:
+    from django.db.models import Count
+
+    from endpoints.models import Run
+
+    finished = Run.objects.filter(finished_at__gte=start, finished_at__lt=end)
+    statuses = dict(finished.values_list("status").annotate(n=Count("pk")).order_by())
+    slots = Run.objects.filter(scheduled_for__gte=start, scheduled_for__lt=end)
+    late_ms = [
+        (started - scheduled).total_seconds() * 1000
+        for started, scheduled in slots.values_list("started_at", "scheduled_for")
+    ]
+    seconds = (end - start).total_seconds()
+    return {
+        "runs_finished": sum(statuses.values()),
+        "statuses": statuses,
+        "runs_per_s": round(sum(statuses.values()) / seconds, 1),
+        "slots_started": len(late_ms),
+        "lateness_ms": {
+            "p50": round(percentile(late_ms, 0.50), 1),
+            "p95": round(percentile(late_ms, 0.95), 1),
+            "p99": round(percentile(late_ms, 0.99), 1),
+            "max": round(max(late_ms), 1) if late_ms else None,
+            "early": sum(1 for value in late_ms if value < 0),
+        },
+    }
+
+
+def run(params: Params) -> dict[str, Any]:
+    from django.utils import timezone
+
+    url = params.database_url()
+    env = bench_env(
+        url,
+        CRONICORN_EXECUTOR_THREADS=str(params.threads),
+        CRONICORN_BATCH_SIZE=str(params.batch),
+        **({"BENCH_CHUNK_SIZE": str(params.chunk_size)} if params.chunk_size else {}),
+        **params.extra_env,
+    )
+    fresh_database(url)
+    setup_django(url, **env)
+    result: dict[str, Any] = {"params": asdict(params), "load_before": load()}
+    with Processes(env) as procs:
+        port = free_port()
+        server = procs.start("server", [sys.executable, "bench/fast_server.py", str(port)])
+        if not wait_until(lambda: "ready" in procs.log("server"), timeout=20):
+            raise RuntimeError("the fast server did not start")
+        target = f"http://127.0.0.1:{port}/ping"
+        result["raw_http"] = raw_http_ceiling(target, params.threads, params.ceiling_seconds)
+        make_endpoints(params, target)
+        starter = start_celery if params.mode == "celery" else start_runscheduler
+        pids = {"server": server.pid, **starter(params, procs)}
+        if (redis := redis_pid()) and params.mode == "celery":
+            pids["redis (shared)"] = redis
+        start = timezone.now() + timedelta(seconds=1)
+        make_due(params, start)
+        window_start = start + timedelta(seconds=params.warmup)
+        window_end = window_start + timedelta(seconds=params.window)
+        _sleep_until(window_start)
+        meter = CpuMeter(pids)
+        meter.start()
+        _sleep_until(window_end)
+        cpu = meter.stop()
+        result["load_during"] = load()
+        _sleep_until(window_end + timedelta(seconds=2))  # let runs of the window finish
+        result.update(window_figures(window_start, window_end))
+        result["cpu"] = _cpu_report(cpu, result["runs_finished"], params.window)
+        result["alive"] = {name: child.poll() is None for name, child in procs.children.items()}
+    return result
+
+
+def _cpu_report(cpu: dict[str, float], runs: int, window: float) -> dict[str, Any]:
+    machine_cores = cpu.pop("machine busy") / max(cpu.pop("machine total"), 1e-9) * os.cpu_count()
+    per_run = {name: round(1000 * seconds / max(runs, 1), 3) for name, seconds in cpu.items()}
+    return {
+        "cores_used_by_component": {name: round(s / window, 2) for name, s in cpu.items()},
+        "cpu_ms_per_run": per_run,
+        "cpu_ms_per_run_total": round(sum(per_run.values()), 3),
+        "machine_cores_busy": round(machine_cores, 2),
+    }
+
+
+def _sleep_until(moment: datetime) -> None:
+    from django.utils import timezone
+
+    delay = (moment - timezone.now()).total_seconds()
+    if delay > 0:
+        time.sleep(delay)
+
+
+def run_in_subprocess(params: Params, *, timeout: float | None = None) -> dict[str, Any]:
+    """Run one scenario in a child process and return its JSON result."""
+    budget = timeout or params.warmup + params.window + params.ceiling_seconds + 180
+    done = subprocess.run(
+        [sys.executable, str(Path(__file__)), json.dumps(asdict(params))],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=budget,
+    )
+    lines = done.stdout.strip().splitlines()
+    if done.returncode != 0 or not lines:
+        raise RuntimeError(f"scenario {params.label or params.mode} failed:\n{done.stderr[-3000:]}")
+    return dict(json.loads(lines[-1]))
+
+
+if __name__ == "__main__":
+    outcome = run(Params(**json.loads(sys.argv[1])))
+    print(json.dumps(outcome, default=str))

@@ -1,0 +1,305 @@
+"""The cost of one claim (``scheduling.claim_due_endpoints``) in PostgreSQL.
+
+Fills a dedicated database (``cc_bench``, dropped and re-created) with INSERT ... SELECT
+generate_series, so that 1 000 of 10 000 and then of 1 000 000 endpoints are due, and
+times the claim of those 1 000 over several repetitions (the claimed rows are released
+between repetitions). Further scenarios on the 1 000 000 table:
+
+- ``+40k in flight``: 40 000 claimed rows whose ``next_run_at`` has passed (runs still in
+  flight), which DESIGN.md warns about;
+- ``+limited jobs``: the same, with 10 of the 100 jobs under ``max_concurrent``;
+- ``contrast``: the same table with an index that keeps claimed rows (what the partial
+  index ``endpoints_endpoint_claimable`` avoids), to show what the design saves.
+
+Baseline in the same run: a plain ``SELECT ... ORDER BY next_run_at LIMIT 1000`` by the
+same index, and the claim among 10 000.
+
+    .venv/bin/python bench/claim_cost.py [--sizes 10000,1000000] [--reps 15]
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from collections.abc import Callable
+from datetime import datetime, timedelta
+from typing import Any
+
+from _common import fresh_database, load, pg_url, print_table, setup_django, summary_ms
+from _common import write_results as save
+
+JOBS = 100
+LIMITED_JOBS = 10
+HORIZON_MS = 1000
+TARGET_MS = 20.0
+
+# Every n-th row is due; the job expression spreads due rows over all jobs.
+POPULATE = """
+INSERT INTO endpoints_endpoint (
+    name, description, url, method, headers, secret_header_names, timeout_ms,
+    max_response_size_kb, baseline_cron, timezone, baseline_interval_ms, ai_hint_reason,
+    pause_reason, next_run_at, next_run_source, failure_count, analyzed_failure_count,
+    created_at, updated_at, job_id)
+SELECT 'endpoint-' || g, '', 'http://127.0.0.1:9/', 'GET', '{}', '[]', 30000, 100, '',
+       'UTC', 60000, '', '',
+       CASE WHEN g %% %(every)s = 0
+            THEN %(t0)s - INTERVAL '10 seconds' + (g %% 1000) * INTERVAL '1 millisecond'
+            ELSE %(t0)s + INTERVAL '1 hour' + (g %% 86400) * INTERVAL '1 second' END,
+       'baseline-interval', 0, 0, now(), now(),
+       %(first_job)s + (g / %(every)s + g) %% %(jobs)s
+FROM generate_series(1, %(size)s) AS g
+"""
+
+# Runs in flight: leased, and due long ago, so an index that kept them would read them
+# before any truly due row.
+IN_FLIGHT = """
+UPDATE endpoints_endpoint
+SET claim_token = gen_random_uuid(), locked_until = %(t0)s + INTERVAL '2 hours',
+    next_run_at = %(t0)s - INTERVAL '60 seconds' + (id %% 1000) * INTERVAL '1 millisecond'
+WHERE id %% %(every)s = 1
+"""
+
+BASELINE_SELECT = """
+SELECT c.id FROM endpoints_endpoint AS c JOIN endpoints_job AS j ON j.id = c.job_id
+WHERE c.archived_at IS NULL AND c.claim_token IS NULL AND c.next_run_at <= %(due_by)s
+  AND (c.paused_until IS NULL OR c.paused_until <= %(now)s) AND j.status = 'active'
+ORDER BY c.next_run_at LIMIT %(limit)s
+"""
+
+
+def execute(sql: str, params: dict[str, Any] | None = None) -> list[tuple[Any, ...]]:
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        return cursor.fetchall() if cursor.description else []
+
+
+def populate(size: int, due: int, t0: datetime) -> float:
+    """Empty the tables, then insert ``size`` endpoints of which ``due`` are due at ``t0``."""
+    started = time.perf_counter()
+    execute("TRUNCATE endpoints_tenant, endpoints_job, endpoints_endpoint RESTART IDENTITY CASCADE")
+    (tenant,) = execute(
+        "INSERT INTO endpoints_tenant (name, max_endpoints, min_interval_ms, "
+        "monthly_token_budget, hmac_secret, created_at) "
+        "VALUES ('bench', 2000000, 1000, 0, '', now()) RETURNING id"
+    )[0]
+    jobs = execute(
+        "INSERT INTO endpoints_job (name, description, status, created_at, updated_at, "
+        "tenant_id) SELECT 'job-' || g, '', 'active', now(), now(), %(tenant)s "
+        "FROM generate_series(1, %(jobs)s) AS g RETURNING id",
+        {"tenant": tenant, "jobs": JOBS},
+    )
+    first_job = min(row[0] for row in jobs)
+    params = {"every": size // due, "t0": t0, "first_job": first_job, "jobs": JOBS, "size": size}
+    execute(POPULATE, params)
+    vacuum()
+    return time.perf_counter() - started
+
+
+def vacuum() -> None:
+    execute("VACUUM ANALYZE endpoints_endpoint")
+    execute("VACUUM ANALYZE endpoints_job")
+
+
+def time_claims(reps: int, due: int) -> tuple[list[float], list[int]]:
+    """Claim ``reps`` times (after two unrecorded warm-ups), releasing the claims each time."""
+    from django.utils import timezone
+
+    from endpoints.scheduling import claim_due_endpoints
+
+    samples, counts = [], []
+    for rep in range(reps + 2):
+        now = timezone.now()
+        started = time.perf_counter()
+        claims = claim_due_endpoints(now=now, limit=due, horizon_ms=HORIZON_MS)
+        elapsed = time.perf_counter() - started
+        ids = [claim.endpoint_id for claim in claims]
+        execute(
+            "UPDATE endpoints_endpoint SET claim_token = NULL, locked_until = NULL "
+            "WHERE id = ANY(%(ids)s)",
+            {"ids": ids},
+        )
+        if rep >= 2:
+            samples.append(elapsed)
+            counts.append(len(claims))
+    return samples, counts
+
+
+def time_select(reps: int, due: int) -> list[float]:
+    from django.utils import timezone
+
+    samples = []
+    for rep in range(reps + 2):
+        now = timezone.now()
+        params = {"now": now, "due_by": now + timedelta(milliseconds=HORIZON_MS), "limit": due}
+        started = time.perf_counter()
+        execute(BASELINE_SELECT, params)
+        if rep >= 2:
+            samples.append(time.perf_counter() - started)
+    return samples
+
+
+def explain_claim(due: int) -> str:
+    """EXPLAIN ANALYZE of the claim's main statement, rolled back."""
+    from django.conf import settings
+    from django.db import transaction
+    from django.utils import timezone
+
+    from endpoints import scheduling
+
+    now = timezone.now()
+    params = {
+        "now": now,
+        "due_by": now + timedelta(milliseconds=HORIZON_MS),
+        "grace": settings.CRONICORN_LEASE_GRACE_SECONDS,
+        "limit": due,
+    }
+    sql = getattr(scheduling, "_PG_CLAIM_UNLIMITED", None)
+    if sql is None:
+        return "(the claim statement is not exposed as _PG_CLAIM_UNLIMITED)"
+    with transaction.atomic():
+        rows = execute("EXPLAIN (ANALYZE, BUFFERS, COSTS OFF) " + sql, params)
+        transaction.set_rollback(True)
+    return "\n".join(row[0] for row in rows)
+
+
+def scenario(
+    label: str, size: int, reps: int, due: int, prepare: Callable[[], None] | None = None
+) -> dict[str, Any]:
+    if prepare is not None:
+        prepare()
+    claim_samples, counts = time_claims(reps, due)
+    select_samples = time_select(reps, due)
+    row = {
+        "scenario": label,
+        "endpoints": size,
+        "due": due,
+        "claimed_per_rep": sorted(set(counts)),
+        "claim": summary_ms(claim_samples),
+        "plain_select": summary_ms(select_samples),
+        "load": load(),
+    }
+    print(
+        f"  {label}: claim median {row['claim']['median_ms']} ms, "
+        f"select {row['plain_select']['median_ms']} ms (load {row['load']})"
+    )
+    return row
+
+
+def limit_some_jobs() -> None:
+    execute(
+        "UPDATE endpoints_job SET max_concurrent = 1000 WHERE id IN "
+        "(SELECT id FROM endpoints_job ORDER BY id LIMIT %(n)s)",
+        {"n": LIMITED_JOBS},
+    )
+    vacuum()
+
+
+def unlimit_jobs() -> None:
+    execute("UPDATE endpoints_job SET max_concurrent = NULL")
+    vacuum()
+
+
+def index_keeping_claimed_rows() -> None:
+    """Swap the partial claim index for one that keeps leased rows (the bad design)."""
+    execute(
+        "CREATE INDEX bench_keeps_claimed ON endpoints_endpoint (next_run_at) "
+        "WHERE archived_at IS NULL"
+    )
+    execute("DROP INDEX endpoints_endpoint_claimable")
+    vacuum()
+
+
+def restore_claim_index() -> None:
+    execute(
+        "CREATE INDEX endpoints_endpoint_claimable ON endpoints_endpoint (next_run_at) "
+        "WHERE archived_at IS NULL AND claim_token IS NULL"
+    )
+    execute("DROP INDEX bench_keeps_claimed")
+
+
+def run(sizes: list[int], due: int, in_flight: int, reps: int) -> dict[str, Any]:
+    from django.utils import timezone
+
+    rows: list[dict[str, Any]] = []
+    plans: dict[str, str] = {}
+    for size in sizes:
+        seconds = populate(size, due, timezone.now())
+        print(f"populated {size} endpoints ({due} due) in {seconds:.1f} s")
+        rows.append(scenario(f"{size} endpoints", size, reps, due))
+    largest = max(sizes)
+    if in_flight and in_flight < largest:
+        t0 = timezone.now()
+        execute(IN_FLIGHT, {"t0": t0, "every": largest // in_flight})
+        vacuum()
+        label = f"{largest} +{in_flight // 1000}k in flight"
+        rows.append(scenario(label, largest, reps, due))
+        plans[label] = explain_claim(due)
+        rows.append(scenario(f"{label} +limited jobs", largest, reps, due, limit_some_jobs))
+        unlimit_jobs()
+        contrast = f"contrast: {label}, index keeps claimed rows"
+        rows.append(scenario(contrast, largest, max(3, reps // 3), due, index_keeping_claimed_rows))
+        plans[contrast] = explain_claim(due)
+        restore_claim_index()
+    return {"rows": rows, "plans": plans}
+
+
+def report(result: dict[str, Any]) -> None:
+    rows = result["rows"]
+    base = rows[0]["claim"]["median_ms"]
+    table = []
+    for row in rows:
+        claim, select = row["claim"], row["plain_select"]
+        table.append(
+            [
+                row["scenario"],
+                ",".join(map(str, row["claimed_per_rep"])),
+                claim["median_ms"],
+                claim["p95_ms"],
+                select["median_ms"],
+                round(claim["median_ms"] / select["median_ms"], 2),
+                round(claim["median_ms"] / base, 2),
+                row["load"],
+            ]
+        )
+    print()
+    print_table(
+        [
+            "scenario",
+            "claimed",
+            "claim med ms",
+            "claim p95 ms",
+            "select med ms",
+            "x select",
+            "x first row",
+            "load 1/5/15",
+        ],
+        table,
+    )
+    print(f"\ntarget: 1 000 due among 1 000 000 claimed in under {TARGET_MS} ms")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--database", default="cc_bench")
+    parser.add_argument("--sizes", default="10000,1000000")
+    parser.add_argument("--due", type=int, default=1000)
+    parser.add_argument("--in-flight", type=int, default=40_000)
+    parser.add_argument("--reps", type=int, default=15)
+    args = parser.parse_args()
+    sizes = [int(size) for size in args.sizes.split(",")]
+    if any(size < args.due for size in sizes) or not 1 <= args.reps <= 200:
+        raise SystemExit("Every size must be at least --due, and --reps must be 1..200.")
+
+    url = pg_url(args.database)
+    print(f"load before: {load()}")
+    fresh_database(url)
+    setup_django(url)
+    result = run(sizes, args.due, args.in_flight, args.reps)
+    report(result)
+    save("claim_cost", {"load_after": load(), "args": vars(args), **result})
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,92 @@
+"""Lateness of start times (Run.started_at - Run.scheduled_for) at a steady rate.
+
+``--n`` endpoints at ``--interval-ms`` (default 200 at 1 s: 200 runs/s), their first
+runs spread evenly over one interval, run for ``--window`` seconds after a warm-up,
+through Celery (beat + tick worker + execute worker, Redis db 8, PostgreSQL) and through
+``manage.py runscheduler`` (SQLite and PostgreSQL), each in its own process and
+database, against the fast local server. Reports p50/p95/p99/max over every slot
+scheduled inside the window, and how many of the expected slots started.
+
+    .venv/bin/python bench/lateness.py [--n 200] [--interval-ms 1000] [--window 30]
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from _common import load, print_table, write_results
+from _scenario import Params, run_in_subprocess
+
+TARGET_P99_MS = 100.0
+SCENARIOS = ("celery-pg", "runscheduler-sqlite", "runscheduler-pg")
+
+
+def row(result: dict[str, Any]) -> list[Any]:
+    params, late = result["params"], result["lateness_ms"]
+    expected = params["n"] * params["window"] * 1000 / params["interval_ms"]
+    return [
+        params["label"],
+        round(params["n"] * 1000 / params["interval_ms"]),
+        result["runs_per_s"],
+        f"{result['slots_started']}/{round(expected)}",
+        late["p50"],
+        late["p95"],
+        late["p99"],
+        late["max"],
+        result["cpu"]["machine_cores_busy"],
+        result["load_during"],
+    ]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--n", type=int, default=200)
+    parser.add_argument("--interval-ms", type=int, default=1000)
+    parser.add_argument("--warmup", type=float, default=5.0)
+    parser.add_argument("--window", type=float, default=30.0)
+    parser.add_argument("--threads", type=int, default=16)
+    parser.add_argument("--only", default=",".join(SCENARIOS))
+    args = parser.parse_args()
+    if not (1 <= args.n <= 20_000 and args.interval_ms >= 1000 and 1 <= args.window <= 300):
+        raise SystemExit("Keep --n within 1..20000, --interval-ms >= 1000, --window 1..300 s.")
+
+    results = []
+    for name in args.only.split(","):
+        mode, database = name.split("-")
+        params = Params(
+            mode=mode,
+            database="postgres" if database == "pg" else "sqlite",
+            n=args.n,
+            interval_ms=args.interval_ms,
+            warmup=args.warmup,
+            window=args.window,
+            threads=args.threads,
+            label=name,
+        )
+        print(f"{name}: {args.n} endpoints every {args.interval_ms} ms ... (load {load()})")
+        results.append(run_in_subprocess(params))
+        print(f"  p99 {results[-1]['lateness_ms']['p99']} ms", flush=True)
+
+    print()
+    print_table(
+        [
+            "scenario",
+            "offer/s",
+            "runs/s",
+            "slots started",
+            "p50 ms",
+            "p95 ms",
+            "p99 ms",
+            "max ms",
+            "cores busy",
+            "load 1/5/15",
+        ],
+        [row(result) for result in results],
+    )
+    print(f"\ntarget: p99 under {TARGET_P99_MS:.0f} ms at a steady 200 runs/s")
+    write_results("lateness", {"args": vars(args), "results": results})
+
+
+if __name__ == "__main__":
+    main()
