@@ -1,10 +1,15 @@
 """Start claims on time: a timer holds each claim until its ``scheduled_for``, then a
-thread pool executes it.
+pool of threads executes it.
 
 One dispatcher per process: the Celery execute task hands it the claims of a chunk,
 ``runscheduler`` hands it every claim of a tick. One timer thread sleeps until the
 earliest claim is due (a heap, not a sleeping thread per claim), so pool threads only
 ever do real work and a claim starts within a millisecond or so of its time.
+
+The pool is our own small one rather than ``ThreadPoolExecutor``: each thread keeps its
+database connection between claims (a new PostgreSQL connection per run would cost
+more than the run) and closes it when the pool stops, and the threads are daemons, so
+a shutdown that gives up on a hung request is not then blocked by it at exit.
 """
 
 from __future__ import annotations
@@ -12,14 +17,15 @@ from __future__ import annotations
 import heapq
 import itertools
 import logging
+import queue
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from concurrent.futures import wait as wait_for_futures
 from typing import Any
 
-from django.db import close_old_connections
+from django.db import close_old_connections, connections
 
 from endpoints.models import Run
 from endpoints.scheduling import Claim, execute_claim
@@ -41,14 +47,19 @@ def run_claim(claim: Claim) -> Run | None:
 class ClaimDispatcher:
     def __init__(self, *, threads: int, execute: Callable[[Claim], Any] = run_claim) -> None:
         self._execute = execute
-        self._pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="cronicorn-run")
         self._condition = threading.Condition()
         self._heap: list[tuple[float, int, Claim, Future[Any]]] = []
         self._order = itertools.count()
         self._in_flight: set[Future[Any]] = set()
         self._closed = False
+        self._work: queue.SimpleQueue[tuple[Claim, Future[Any]] | None] = queue.SimpleQueue()
+        self._workers = [
+            threading.Thread(target=self._work_loop, name=f"cronicorn-run-{k}", daemon=True)
+            for k in range(threads)
+        ]
         self._timer = threading.Thread(target=self._run_timer, name="cronicorn-timer", daemon=True)
-        self._timer.start()
+        for thread in (*self._workers, self._timer):
+            thread.start()
 
     def submit(self, claim: Claim) -> Future[Any]:
         """Execute ``claim`` at its scheduled time (at once if that has passed)."""
@@ -88,8 +99,12 @@ class ClaimDispatcher:
             self._closed = True
             running = set(self._in_flight)
             self._condition.notify()
+        deadline = time.monotonic() + timeout
         _done, not_done = wait_for_futures(running, timeout=timeout)
-        self._pool.shutdown(wait=False, cancel_futures=True)
+        for _worker in self._workers:
+            self._work.put(None)  # each worker exits after the work queued before it
+        for worker in self._workers:
+            worker.join(timeout=max(deadline - time.monotonic(), 0))
         return not not_done
 
     def _run_timer(self) -> None:
@@ -109,16 +124,21 @@ class ClaimDispatcher:
         """Called with the condition held."""
         self._in_flight.add(future)
         future.add_done_callback(self._forget)
-        self._pool.submit(self._run, claim, future)
+        self._work.put((claim, future))
 
     def _forget(self, future: Future[Any]) -> None:
         with self._condition:
             self._in_flight.discard(future)
 
-    def _run(self, claim: Claim, future: Future[Any]) -> None:
-        if not future.set_running_or_notify_cancel():
-            return
+    def _work_loop(self) -> None:
         try:
-            future.set_result(self._execute(claim))
-        except BaseException as exc:
-            future.set_exception(exc)
+            while (item := self._work.get()) is not None:
+                claim, future = item
+                if not future.set_running_or_notify_cancel():
+                    continue
+                try:
+                    future.set_result(self._execute(claim))
+                except BaseException as exc:
+                    future.set_exception(exc)
+        finally:
+            connections.close_all()

@@ -29,6 +29,8 @@ from django.db.models import Count, F, Q, Value
 from django.db.models.functions import Concat
 from django.utils import timezone
 
+from cronicorn_site.logs import log_context
+from endpoints import metrics
 from endpoints.executor import HttpRequest, HttpResult, NetworkPolicy, perform_request
 from endpoints.governor import EndpointSchedule, Plan, plan_next_run
 from endpoints.models import (
@@ -340,6 +342,10 @@ def tick(*, now: datetime | None = None) -> list[Claim]:
         horizon_ms=settings.CRONICORN_CLAIM_HORIZON_MS,
     )
     Heartbeat.beat("tick", now=now, claimed=len(claims))
+    metrics.record_claims(len(claims))
+    if logger.isEnabledFor(logging.DEBUG):
+        for claim in claims:
+            _log(logging.DEBUG, f"claimed for {claim.scheduled_for:%H:%M:%S.%f} UTC", claim=claim)
     return claims
 
 
@@ -493,7 +499,10 @@ def _perform_and_reschedule(
     started: datetime,
     policy: NetworkPolicy | None,
 ) -> None:
-    result = perform_request(_request_for(endpoint), policy=policy)
+    ids = {"endpoint_id": claim.endpoint_id, "claim_token": str(claim.claim_token)}
+    # The executor's lines for this request carry the run's ids too.
+    with log_context(**ids, run_id=run.pk, source=claim.source):
+        result = perform_request(_request_for(endpoint), policy=policy)
     finished = timezone.now()
     _finish_run(run, result, finished, claim)
     _reschedule(endpoint, claim, started, finished, succeeded=result.status == "success")
@@ -532,6 +541,8 @@ def _finish_run(run: Run, result: HttpResult, finished: datetime, claim: Claim) 
         outcome["response_body"] = None
         outcome["error"] = f"{outcome['error']} (the response body could not be stored: {exc})"
         updated = running.update(**outcome)
+    if updated:
+        metrics.record_run(run, status=status, duration_ms=outcome["duration_ms"])
     level = logging.DEBUG if status == RunStatus.SUCCESS else logging.INFO
     if not updated:
         level = logging.WARNING
@@ -578,6 +589,8 @@ def _reschedule(
             _as_read(endpoint), pk=endpoint.pk, claim_token=claim.claim_token
         ).update(last_run_at=started, locked_until=None, claim_token=None, **values)
         if updated:
+            when, why = values["next_run_at"], values["next_run_source"]
+            _log(logging.DEBUG, f"rescheduled for {when:%Y-%m-%d %H:%M:%S}Z ({why})", claim=claim)
             return True
         fresh = Endpoint.objects.filter(pk=endpoint.pk).first()
         if fresh is None or fresh.claim_token != claim.claim_token:
@@ -658,6 +671,7 @@ def sweep_zombies(*, now: datetime) -> int:
             Endpoint.objects.filter(claim_token__isnull=False, locked_until__lte=now).update(
                 claim_token=None, locked_until=None
             )
+    metrics.record_zombies(lost)
     if lost:
         _log(logging.WARNING, f"{lost} run(s) past their lease marked lost")
     Heartbeat.beat("maintenance", now=now, lost=lost)
@@ -797,6 +811,7 @@ def test_endpoint(endpoint: Endpoint, *, now: datetime | None = None) -> Run:
         error=result.error or "",
     )
     run.refresh_from_db()
+    metrics.record_run(run, status=run.status, duration_ms=run.duration_ms)
     return run
 
 

@@ -20,6 +20,9 @@ class Reply:
     raw: bytes | None = None  # sent as text/plain instead of JSON
     delay: float = 0.0
     hold: threading.Event | None = None  # block until set (bounded by 60 s)
+    headers: dict[str, str] = field(default_factory=dict)
+    drip: float = 0.0  # send the body one byte at a time, this many seconds apart
+    action: Callable[[], object] | None = None  # called on arrival (e.g. move a test clock)
 
 
 @dataclass(frozen=True)
@@ -31,14 +34,19 @@ class Hit:
     headers: dict[str, str] = field(default_factory=dict)
 
 
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    request_queue_size = (
+        512  # listen() backlog: a burst of connections must not wait on SYN retries
+    )
+
+
 class TargetServer:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._hits: list[Hit] = []
         self._replies: dict[str, Reply] = {}
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler_class())
-        self._server.daemon_threads = True
-        self._server.request_queue_size = 256
+        self._server = _Server(("127.0.0.1", 0), self._handler_class())
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
         self._thread.start()
 
@@ -97,6 +105,8 @@ class TargetServer:
                 path = self.path.split("?")[0]
                 count = server._record(Hit(path, self.command, arrived, body, dict(self.headers)))
                 reply = server._replies.get(path, Reply())
+                if reply.action is not None:
+                    reply.action()
                 if reply.hold is not None:
                     reply.hold.wait(timeout=60)
                 if reply.delay:
@@ -110,10 +120,21 @@ class TargetServer:
                     self.send_response(reply.status)
                     self.send_header("Content-Type", kind)
                     self.send_header("Content-Length", str(len(payload)))
+                    for name, value in reply.headers.items():
+                        self.send_header(name, value)
                     self.end_headers()
-                    self.wfile.write(payload)
+                    self._write(payload, reply.drip)
                 except OSError:
-                    pass  # the client gave up (timeout); nothing to tell it
+                    pass  # the client gave up (timeout, size cap); nothing to tell it
+
+            def _write(self, payload: bytes, drip: float) -> None:
+                if not drip:
+                    self.wfile.write(payload)
+                    return
+                for index in range(len(payload)):
+                    self.wfile.write(payload[index : index + 1])
+                    self.wfile.flush()
+                    time.sleep(drip)
 
             do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = _serve
 

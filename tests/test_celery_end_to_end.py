@@ -8,7 +8,7 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from endpoints.models import Endpoint, Run, RunStatus, Source
+from endpoints.models import Endpoint, Heartbeat, Run, RunStatus, Source
 from tests.engine_processes import (
     celery_beat,
     celery_worker,
@@ -37,7 +37,9 @@ def test_a_one_second_endpoint_runs_ten_times_in_ten_seconds_each_on_time(make_e
     ):
         endpoint = make_endpoint(url=target.url("/e2e"), baseline_interval_ms=1_000)
         wait_for_workers([name])
-        start = timezone.now() + 1.5 * S
+        # Beat is up and its ticks reach the worker: only then does the clock start.
+        assert wait_until(lambda: Heartbeat.objects.filter(name="tick").exists(), timeout=60)
+        start = timezone.now() + S
         end = start + 10 * S
         Endpoint.objects.filter(pk=endpoint.pk).update(
             next_run_at=start, next_run_source=Source.BASELINE_INTERVAL

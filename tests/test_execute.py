@@ -38,7 +38,9 @@ def target() -> Iterator[TargetServer]:
 def due_claim(endpoint: Endpoint) -> Claim:
     """Make the endpoint due right now and claim it."""
     now = timezone.now()
-    Endpoint.objects.filter(pk=endpoint.pk).update(next_run_at=now)
+    Endpoint.objects.filter(pk=endpoint.pk).update(
+        next_run_at=now, next_run_source=Source.BASELINE_INTERVAL
+    )
     claims = claim_due_endpoints(now=now, limit=100, horizon_ms=0)
     return next(c for c in claims if c.endpoint_id == endpoint.pk)
 

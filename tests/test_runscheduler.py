@@ -8,6 +8,7 @@ import sqlite3
 import statistics
 import subprocess
 import threading
+from contextlib import closing
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -122,20 +123,24 @@ def test_the_maintenance_unit_sweeps_zombies(scheduler, make_endpoint):
 
 
 SETUP_SQLITE_ENDPOINT = """
-from datetime import timedelta
-from django.utils import timezone
 from endpoints.models import Endpoint, Job, Tenant
 job = Job.objects.create(tenant=Tenant.objects.create(name="t"), name="j")
-start = timezone.now() + timedelta(seconds=3)
-Endpoint.objects.create(job=job, name="e", url="{url}", baseline_interval_ms=1000,
-                        next_run_at=start, next_run_source="baseline-interval")
-print(start.isoformat())
+print(Endpoint.objects.create(job=job, name="e", url="{url}", baseline_interval_ms=1000).pk)
 """
 
 
+def _sqlite(path: Path) -> sqlite3.Connection:
+    db = sqlite3.connect(path, timeout=20)
+    db.row_factory = sqlite3.Row
+    return db
+
+
+def _sqlite_time(at: datetime) -> str:
+    return at.astimezone(UTC).replace(tzinfo=None).isoformat(sep=" ")  # Django's own format
+
+
 def _sqlite_runs(path: Path) -> list[dict]:
-    with sqlite3.connect(path) as db:
-        db.row_factory = sqlite3.Row
+    with closing(_sqlite(path)) as db:
         rows = db.execute(
             "SELECT scheduled_for, started_at, source, status, trigger, response_body"
             " FROM endpoints_run ORDER BY scheduled_for"
@@ -145,10 +150,15 @@ def _sqlite_runs(path: Path) -> list[dict]:
             **dict(row),
             "scheduled_for": datetime.fromisoformat(row["scheduled_for"]).replace(tzinfo=UTC),
             "started_at": datetime.fromisoformat(row["started_at"]).replace(tzinfo=UTC),
-            "response_body": json.loads(row["response_body"]),
+            "response_body": json.loads(row["response_body"] or "null"),
         }
         for row in rows
     ]
+
+
+def _has_ticked(path: Path) -> bool:
+    with closing(_sqlite(path)) as db:
+        return db.execute("SELECT 1 FROM endpoints_heartbeat WHERE name = 'tick'").fetchone()
 
 
 def test_runscheduler_on_sqlite_runs_a_one_second_endpoint_ten_times_in_ten_seconds_on_time(
@@ -156,22 +166,30 @@ def test_runscheduler_on_sqlite_runs_a_one_second_endpoint_ten_times_in_ten_seco
 ):
     database = tmp_path / "cronicorn.sqlite3"
     env = process_env(DATABASE_URL=f"sqlite:///{database}", CRONICORN_EXECUTOR_THREADS="4")
-    subprocess.run(manage("migrate", "-v", "0"), env=env, check=True, cwd=Path.cwd(), timeout=120)
+    subprocess.run(manage("migrate", "-v", "0"), env=env, check=True, timeout=120)
     setup = SETUP_SQLITE_ENDPOINT.format(url=target.url("/sqlite"))
-    made = subprocess.run(
-        manage("shell", "-c", setup), env=env, check=True, capture_output=True, timeout=60
-    )
-    start = datetime.fromisoformat(made.stdout.decode().strip().splitlines()[-1])
-    end = start + 10 * S
+    made = subprocess.run(manage("shell", "-c", setup), env=env, check=True, capture_output=True)
+    endpoint_id = int(made.stdout.decode().split()[-1])
 
-    finished = subprocess.run(
-        manage("runscheduler", "--duration", str((end - timezone.now()).total_seconds() + 0.5)),
-        env=env,
-        capture_output=True,
-        timeout=60,
-    )
+    with running(manage("runscheduler"), env=env, log=tmp_path / "scheduler.log") as process:
+        assert wait_until(lambda: _has_ticked(database), timeout=60)
+        start = timezone.now() + S
+        end = start + 10 * S
+        with closing(_sqlite(database)) as db, db:
+            db.execute(
+                "UPDATE endpoints_endpoint SET next_run_at = ?, next_run_source = ? WHERE id = ?",
+                (_sqlite_time(start), Source.BASELINE_INTERVAL, endpoint_id),
+            )
+        assert wait_until(
+            lambda: (
+                timezone.now() > end + 0.5 * S
+                and all(run["status"] != RunStatus.RUNNING for run in _sqlite_runs(database))
+            ),
+            timeout=30,
+        )
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(timeout=30) == 0
 
-    assert finished.returncode == 0, finished.stderr.decode()[-3000:]
     runs = [run for run in _sqlite_runs(database) if run["scheduled_for"] < end]
     lateness = [(run["started_at"] - run["scheduled_for"]).total_seconds() for run in runs]
     print(
@@ -187,6 +205,27 @@ def test_runscheduler_on_sqlite_runs_a_one_second_endpoint_ten_times_in_ten_seco
     assert [run["response_body"] for run in runs] == [
         {"ok": True, "n": k + 1} for k in range(len(runs))
     ]
+
+
+def test_runscheduler_with_a_duration_exits_cleanly_after_it(tmp_path):
+    env = process_env(DATABASE_URL=child_database_url())
+    finished = subprocess.run(
+        manage("runscheduler", "--duration", "1", "--threads", "2"),
+        env=env,
+        capture_output=True,
+        timeout=60,
+    )
+    assert finished.returncode == 0, finished.stderr.decode()[-2000:]
+    assert Heartbeat.objects.filter(name="tick").exists()
+
+
+def test_runscheduler_refuses_a_bad_duration_with_a_clear_message():
+    env = process_env(DATABASE_URL=child_database_url())
+    finished = subprocess.run(
+        manage("runscheduler", "--duration", "soon"), env=env, capture_output=True, timeout=60
+    )
+    assert finished.returncode != 0
+    assert "'soon' is not a float" in finished.stderr.decode()
 
 
 def test_sigterm_stops_claiming_finishes_the_run_in_flight_and_exits_zero(

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import os
 import signal
 import threading
 from types import FrameType
@@ -76,7 +75,3 @@ class Command(BaseCommand):
             "zombie sweep marks them lost, then their slots are retried",
             timeout,
         )
-        logging.shutdown()
-        # The pool's threads are joined at interpreter exit, which would overrun the
-        # shutdown timeout: leave at once instead.
-        os._exit(0)
