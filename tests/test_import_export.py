@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+import textwrap
 from collections.abc import Callable, Iterator
 from datetime import timedelta
 from pathlib import Path
@@ -772,3 +773,19 @@ def test_import_and_export_through_manage_py(
     )
     assert broken.returncode != 0 and broken.stdout == ""
     assert f"{E0}.method" in broken.stderr
+
+
+def test_the_format_example_in_the_module_docstring_imports(
+    write: Callable[..., Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from endpoints import config_io
+
+    example = config_io.__doc__.split("::\n", 1)[1].split("\n\n", 1)[0]  # type: ignore[union-attr]
+    get_user_model().objects.create_user("alice")
+    monkeypatch.setenv("ACME_HMAC", "h")
+    monkeypatch.setenv("BILLING_TOKEN", "t")
+
+    run_import(write(textwrap.dedent(example)))
+
+    endpoint = Endpoint.objects.get(name="queue")
+    assert endpoint.headers == {"Authorization": "t"} and endpoint.min_interval_ms == 30_000

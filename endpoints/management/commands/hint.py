@@ -33,9 +33,13 @@ class Command(BaseCommand):
     def add_arguments(self, parser: CommandParser) -> None:
         add_endpoint_argument(parser)
         kind = parser.add_mutually_exclusive_group(required=True)
-        kind.add_argument("--interval", metavar="DURATION", help="e.g. 30s, 5m.")
-        kind.add_argument("--at", metavar="ISO", help="e.g. 2026-03-01T14:30:00Z.")
-        parser.add_argument("--ttl", metavar="DURATION", help="How long the hint lasts.")
+        kind.add_argument(
+            "--interval", metavar="DURATION", help="Run at this cadence, e.g. 30s, 5m."
+        )
+        kind.add_argument(
+            "--at", metavar="ISO", help="Run once at this time (ISO 8601, UTC without offset)."
+        )
+        parser.add_argument("--ttl", metavar="DURATION", help="How long the hint lasts, e.g. 15m.")
         parser.add_argument(
             "--reason", default="set by an operator", help="Why; shown with the hint."
         )

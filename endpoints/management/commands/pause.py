@@ -26,10 +26,21 @@ class Command(BaseCommand):
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
-        parser.add_argument("endpoint", nargs="?", metavar="ENDPOINT", help=REF_HELP + ".")
+        parser.add_argument(
+            "endpoint", nargs="?", metavar="ENDPOINT", help=REF_HELP.capitalize() + "."
+        )
         when = parser.add_mutually_exclusive_group()
-        when.add_argument("--for", dest="duration", metavar="DURATION", help="e.g. 30m, 2h, 1d.")
-        when.add_argument("--until", metavar="ISO", help="e.g. 2026-03-01T14:30:00Z.")
+        when.add_argument(
+            "--for",
+            dest="duration",
+            metavar="DURATION",
+            help="Pause for this long, e.g. 30m, 2h, 1d.",
+        )
+        when.add_argument(
+            "--until",
+            metavar="ISO",
+            help="Pause until this time (ISO 8601, UTC without an offset).",
+        )
         parser.add_argument("--reason", default="", help="Why; shown in the hint history.")
         parser.add_argument("--job", metavar="JOB", help="Pause this whole job (name or id).")
 

@@ -23,7 +23,9 @@ class Command(BaseCommand):
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
-        parser.add_argument("endpoint", nargs="?", metavar="ENDPOINT", help=REF_HELP + ".")
+        parser.add_argument(
+            "endpoint", nargs="?", metavar="ENDPOINT", help=REF_HELP.capitalize() + "."
+        )
         parser.add_argument("--reason", default="", help="Why; shown in the hint history.")
         parser.add_argument("--job", metavar="JOB", help="Resume this whole job (name or id).")
 
