@@ -103,11 +103,15 @@ PLANNER_TOKENS = Counter(
 )
 
 
-def record_run(run: Run) -> None:
-    """Count a finished run; observe its duration and how late it started."""
-    RUNS.labels(status=run.status, source=run.source or "none", trigger=run.trigger).inc()
-    if run.duration_ms is not None:
-        RUN_DURATION.labels(status=run.status).observe(run.duration_ms / 1000)
+def record_run(run: Run, *, status: str, duration_ms: int | None) -> None:
+    """Count a run that reached ``status``; observe its duration and how late it started.
+
+    The outcome is passed in because the scheduler writes it with a conditional update,
+    leaving the instance as it was when the run started.
+    """
+    RUNS.labels(status=status, source=run.source or "none", trigger=run.trigger).inc()
+    if duration_ms is not None:
+        RUN_DURATION.labels(status=status).observe(duration_ms / 1000)
     lateness = (run.started_at - run.scheduled_for).total_seconds()
     RUN_LATENESS.labels(trigger=run.trigger).observe(max(lateness, 0.0))
 

@@ -25,6 +25,7 @@ from django.db.models import Exists, F, OuterRef, Q, QuerySet, Sum, Window
 from django.db.models.functions import RowNumber
 from django.utils import timezone
 
+from endpoints import metrics
 from endpoints.models import Endpoint, Heartbeat, JobStatus, Run, RunStatus
 from planner.backends import llm, rules
 from planner.models import AnalysisSession, Backend, SessionStatus
@@ -311,6 +312,7 @@ def _finish(
             "next_analysis_at",
         ]
     )
+    metrics.record_planner_session(session)
 
 
 def _next_analysis_delay(session: AnalysisSession, tools: EndpointTools) -> timedelta:

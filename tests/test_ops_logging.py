@@ -175,12 +175,18 @@ def log_in_task(endpoint_id: int, claim_token: str) -> None:
 
 def test_a_celery_task_line_carries_the_task_id_and_the_bound_ids() -> None:
     task_done.clear()
+    # A queue of its own: no other test's worker or leftover message can get in the way.
+    queue = "ops-logging-test"
+    with app.connection_for_write() as connection:
+        connection.default_channel.queue_purge(queue)
     # Starting the worker applies LOGGING (setup_logging), so capture from after it.
     with (
-        start_worker(app, pool="solo", perform_ping_check=False, loglevel="WARNING"),
+        start_worker(
+            app, queues=[queue], pool="solo", perform_ping_check=False, loglevel="WARNING"
+        ),
         capturing(JsonFormatter()) as capture,
     ):
-        result = log_in_task.apply_async(args=[5, CLAIM])
+        result = log_in_task.apply_async(args=[5, CLAIM], queue=queue)
         assert task_done.wait(timeout=20), "the worker did not run the task"
     (record,) = [r for r in capture.records() if r.get("message") == "executing"]
     assert record["task_id"] == result.id

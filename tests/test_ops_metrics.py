@@ -52,15 +52,15 @@ def _run(endpoint: Endpoint, **fields) -> Run:
 
 
 def test_a_recorded_run_is_counted_by_status_source_and_trigger(scrape, make_endpoint) -> None:
-    run = _run(make_endpoint(), status=RunStatus.FAILURE, trigger="manual")
+    run = _run(make_endpoint(), status=RunStatus.RUNNING, trigger="manual")
     labels = (("source", "baseline-interval"), ("status", "failure"), ("trigger", "manual"))
     before = scrape().get(("cronicorn_runs_total", labels), 0.0)
-    metrics.record_run(run)
+    metrics.record_run(run, status=RunStatus.FAILURE, duration_ms=20)
     assert scrape()[("cronicorn_runs_total", labels)] == before + 1
 
 
 def test_a_recorded_run_observes_its_duration_and_start_lateness(scrape, make_endpoint) -> None:
-    run = _run(make_endpoint(), status=RunStatus.TIMEOUT, duration_ms=1500)
+    run = _run(make_endpoint(), status=RunStatus.RUNNING, duration_ms=None)
     duration_le_1 = (
         "cronicorn_run_duration_seconds_bucket",
         (("le", "1.0"), ("status", "timeout")),
@@ -78,7 +78,7 @@ def test_a_recorded_run_observes_its_duration_and_start_lateness(scrape, make_en
         (("le", "0.5"), ("trigger", "scheduled")),
     )
     before = scrape()
-    metrics.record_run(run)
+    metrics.record_run(run, status=RunStatus.TIMEOUT, duration_ms=1500)
     after = scrape()
     # 1.5 s falls in the 2.5 s bucket and not the 1 s one; 300 ms late in 0.5 s, not 0.25 s.
     assert after[duration_le_2_5] == before.get(duration_le_2_5, 0) + 1
