@@ -84,6 +84,10 @@ class EndpointFilter(admin.SimpleListFilter):
             picked += list(scope(Endpoint.objects.all(), request, "job__tenant").filter(pk=chosen))
         return [(str(e.pk), f"{e.job.name}/{e.name}") for e in picked]
 
+    def has_output(self) -> bool:
+        # A chosen endpoint must filter even when the user has none left to offer.
+        return bool(self.lookup_choices or self.value())
+
     def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
         value = self.value()
         if not value:
