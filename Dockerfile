@@ -7,6 +7,7 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
     UV_COMPILE_BYTECODE=1 \
     UV_LINK_MODE=copy \
     UV_PROJECT_ENVIRONMENT=/opt/venv \
+    UV_PYTHON_DOWNLOADS=never \
     PATH=/opt/venv/bin:$PATH
 
 # uv from PyPI, pinned, so the build needs only the Python package index.

@@ -28,3 +28,7 @@ if os.path.isdir("/dev/shm"):  # noqa: S108 (a tmpfs, not a shared temp director
 
 # Answer in-flight requests before stopping, within docker's default 10 s stop grace.
 graceful_timeout = 8
+
+# No `gunicornc` control socket: it would live in $HOME, which is read-only in the image
+# and shared by every gunicorn on a development machine.
+control_socket_disable = True
