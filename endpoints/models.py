@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from datetime import datetime
 from typing import Any
+from urllib.parse import urlsplit
 
 from django.conf import settings
 from django.core.exceptions import ValidationError
@@ -21,6 +22,23 @@ MIN_INTERVAL_MS = 1_000
 MIN_TIMEOUT_MS = 1_000
 MAX_TIMEOUT_MS = 30 * 60 * 1_000
 MAX_RESPONSE_KB = 10_000
+
+
+def validate_endpoint_url(value: str) -> None:
+    """An absolute http(s) URL with a host. Unlike Django's URLValidator it accepts
+    single-label hosts (``http://web:8000``), as in docker-compose service names; what a
+    host may resolve to is the executor's SSRF guard's business, not the form's."""
+    if "://" not in value:
+        raise ValidationError("Enter a valid URL, e.g. https://example.com/health.")
+    if not value.lower().startswith(("http://", "https://")):
+        raise ValidationError("Only http:// and https:// URLs can be called.")
+    try:
+        parts = urlsplit(value)
+        parts.port  # noqa: B018 - raises ValueError on a malformed port
+    except ValueError as exc:
+        raise ValidationError(f"Enter a valid URL ({exc}).") from None
+    if not parts.hostname or any(ch.isspace() for ch in value):
+        raise ValidationError("Enter a valid URL, e.g. https://example.com/health.")
 
 
 def _choices_check(
@@ -193,7 +211,11 @@ class Endpoint(models.Model):
     )
 
     # Request.
-    url = models.URLField(max_length=2000)
+    url = models.CharField(
+        max_length=2000,
+        validators=[validate_endpoint_url],
+        help_text="http:// or https:// URL; any host name, including single-label service names.",
+    )
     method = models.CharField(max_length=8, choices=Method.choices, default=Method.GET)
     headers = models.JSONField(default=dict, blank=True)
     secret_header_names = models.JSONField(
@@ -335,8 +357,6 @@ class Endpoint(models.Model):
         def add(field: str, message: str) -> None:
             errors.setdefault(field, []).append(message)
 
-        if self.url and not self.url.lower().startswith(("http://", "https://")):
-            add("url", "Only http:// and https:// URLs can be called.")
         if not isinstance(self.headers, dict) or not all(
             isinstance(k, str) and isinstance(v, str) for k, v in self.headers.items()
         ):

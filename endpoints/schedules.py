@@ -80,7 +80,8 @@ def format_interval(ms: int) -> str:
 
 
 def validate_timezone(name: str) -> ZoneInfo:
-    if not name or name not in _zone_names():
+    # "localtime" is in the system's list but means the server's own clock: refused.
+    if not name or name == "localtime" or name not in _zone_names():
         raise ScheduleError(
             f"{name!r} is not an IANA time zone; use a name like UTC, Europe/Berlin or "
             "America/New_York."

@@ -181,6 +181,13 @@ INVALID_ENDPOINTS = [
         db=None,
     ),
     bad(
+        "url-bad-port",
+        {"url": "http://example.com:99999/"},
+        "url",
+        "Port out of range",
+        db=None,
+    ),
+    bad(
         "url-not-a-url",
         {"url": "not a url"},
         "url",
@@ -425,6 +432,8 @@ def test_other_triggers_may_share_a_slot(run: Run, trigger: str) -> None:
         {"baseline_cron": "0 9 * * 1-5", "baseline_interval_ms": None, "timezone": "Asia/Kolkata"},
         {"baseline_cron": "0 0 29 2 *", "baseline_interval_ms": None},
         {"url": "https://example.com/hook?x=1", "method": "DELETE"},
+        {"url": "http://web:8000/demo/queue/"},
+        {"url": "http://[::1]:8080/health"},
         {"headers": {"Authorization": "Bearer x"}, "secret_header_names": ["Authorization"]},
     ],
     ids=lambda fields: ",".join(f"{k}={v}" for k, v in fields.items()),
