@@ -215,7 +215,9 @@ def test_validate_timezone_accepts_iana_names(name: str) -> None:
     assert str(validate_timezone(name)) == name
 
 
-@pytest.mark.parametrize("name", ["Mars/Olympus", "", "utc", "../etc/passwd", "Europe/berlin", "localtime"])
+@pytest.mark.parametrize(
+    "name", ["Mars/Olympus", "", "utc", "../etc/passwd", "Europe/berlin", "localtime"]
+)
 def test_validate_timezone_rejects_other_names_with_examples(name: str) -> None:
     with pytest.raises(ScheduleError, match="is not an IANA time zone; use a name like UTC"):
         validate_timezone(name)
