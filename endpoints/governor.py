@@ -30,7 +30,7 @@ wildcard and stepped hours follow elapsed time, never doubled nor stalled (``*/1
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from endpoints.schedules import (
@@ -137,7 +137,7 @@ def decide(now: datetime, schedule: EndpointSchedule) -> Decision:
         at = now
     at, source = _clamp(now, at, source, schedule, steps)
     if schedule.paused_until is not None and schedule.paused_until > now:
-        steps.append(f"paused until {schedule.paused_until.isoformat()}: pause wins")
+        steps.append(f"paused until {_stamp(schedule.paused_until)}: pause wins")
         at, source = schedule.paused_until, PAUSED
     return Decision(
         now=now,
@@ -202,7 +202,16 @@ def _ms(value: int) -> timedelta:
 
 
 def _when(at: datetime, now: datetime) -> str:
-    return f"{at.isoformat()}, {describe_delta(at - now)}"
+    return f"{_stamp(at)}, {describe_delta(at - now)}"
+
+
+def _stamp(at: datetime) -> str:
+    """UTC to the second (sub-second digits only when there are any): readable in text."""
+    utc = at.astimezone(UTC)
+    text = utc.strftime("%Y-%m-%d %H:%M:%S")
+    if utc.microsecond:
+        text += f".{utc.microsecond // 1000:03d}"
+    return f"{text} UTC"
 
 
 def _relative(at: datetime, now: datetime) -> str:
@@ -232,7 +241,7 @@ def explain_plan(now: datetime, schedule: EndpointSchedule) -> str:
     )
     head = (
         f"Next run {_relative(plan.next_run_at, now)} at "
-        f"{plan.next_run_at.isoformat()}, set by {SOURCE_WORDS[plan.source]}."
+        f"{_stamp(plan.next_run_at)}, set by {SOURCE_WORDS[plan.source]}."
     )
     detail = f" Baseline: {base}"
     if schedule.baseline_interval_ms and schedule.failure_count and not schedule.baseline_cron:

@@ -652,7 +652,7 @@ def test_decide_keeps_the_trail_of_candidates_and_steps() -> None:
     assert decision.hints_fresh
     assert (decision.plan.next_run_at, decision.plan.source) == (NOW + 30 * SEC, "clamped-min")
     assert decision.steps == (
-        "baseline: 2026-06-01T12:01:00+00:00, in 1 minute (baseline-interval)",
+        "baseline: 2026-06-01 12:01:00 UTC, in 1 minute (baseline-interval)",
         "both hints fresh: the earlier wins (ai-interval), baseline ignored",
         "raised to the minimum interval (30s)",
     )
@@ -671,7 +671,7 @@ def test_decide_says_when_hints_expired() -> None:
         pytest.param(
             sched(failure_count=2),
             [
-                "Next run in 4 minutes at 2026-06-01T12:04:00+00:00",
+                "Next run in 4 minutes at 2026-06-01 12:04:00 UTC",
                 "set by the baseline interval",
                 "Baseline: every minute, backed off x4 after 2 failure(s).",
             ],
@@ -680,7 +680,7 @@ def test_decide_says_when_hints_expired() -> None:
         pytest.param(
             sched(baseline_cron="0 9 * * 1-5", timezone="Europe/Berlin"),
             [
-                "Next run in 19 hours at 2026-06-02T07:00:00+00:00",
+                "Next run in 19 hours at 2026-06-02 07:00:00 UTC",
                 "set by the cron schedule",
                 "Baseline: at 09:00 on Monday through Friday (Europe/Berlin).",
             ],
@@ -697,7 +697,7 @@ def test_decide_says_when_hints_expired() -> None:
         ),
         pytest.param(
             sched(**hints(at=NOW - MIN)),
-            ["Next run now at 2026-06-01T12:00:00+00:00", "the one-shot time has passed"],
+            ["Next run now at 2026-06-01 12:00:00 UTC", "the one-shot time has passed"],
             id="past-one-shot",
         ),
         pytest.param(
@@ -705,7 +705,7 @@ def test_decide_says_when_hints_expired() -> None:
             [
                 "set by a pause",
                 "hints expired: ignored",
-                "paused until 2026-06-01T14:00:00+00:00: pause wins",
+                "paused until 2026-06-01 14:00:00 UTC: pause wins",
             ],
             id="paused",
         ),
