@@ -19,6 +19,7 @@ import logging
 import time
 import uuid
 from collections.abc import Iterable, Mapping
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any
@@ -30,9 +31,10 @@ from django.db.models.functions import Concat
 from django.utils import timezone
 
 from cronicorn_site.logs import log_context
-from endpoints import metrics
+from endpoints import hot_path, metrics
 from endpoints.executor import HttpRequest, HttpResult, NetworkPolicy, perform_request
 from endpoints.governor import EndpointSchedule, Plan, plan_next_run
+from endpoints.hot_path import ClaimedEndpoint
 from endpoints.models import (
     Endpoint,
     Heartbeat,
@@ -58,20 +60,6 @@ RESULT_STATUS = {
     "failure": RunStatus.FAILURE,
     "timeout": RunStatus.TIMEOUT,
 }
-# A person may change these while a run is in flight; the post-run reschedule only wins
-# if they are still as it read them (otherwise it re-reads and plans again).
-PLANNING_FIELDS = (
-    "baseline_cron",
-    "timezone",
-    "baseline_interval_ms",
-    "min_interval_ms",
-    "max_interval_ms",
-    "ai_hint_interval_ms",
-    "ai_hint_next_run_at",
-    "ai_hint_expires_at",
-    "paused_until",
-    "failure_count",
-)
 NO_HINT: dict[str, Any] = {
     "ai_hint_interval_ms": None,
     "ai_hint_next_run_at": None,
@@ -389,13 +377,9 @@ def _wait_for_slot(scheduled_for: datetime) -> datetime:
     return now
 
 
-def _load_claimed(claim: Claim, now: datetime) -> Endpoint | None:
+def _load_claimed(claim: Claim, now: datetime) -> ClaimedEndpoint | None:
     """Read the endpoint once, only if the claim is still ours, and still meant to run."""
-    endpoint = (
-        Endpoint.objects.select_related("job__tenant")
-        .filter(pk=claim.endpoint_id, claim_token=claim.claim_token)
-        .first()
-    )
+    endpoint = hot_path.load_endpoint(claim.endpoint_id, claim_token=claim.claim_token)
     if endpoint is None:
         _log(logging.INFO, "stale claim: the lease is no longer ours; nothing done", claim=claim)
         return None
@@ -407,19 +391,19 @@ def _load_claimed(claim: Claim, now: datetime) -> Endpoint | None:
     return _ensure_lease_outlasts_request(endpoint, claim, now)
 
 
-def _why_not_runnable(endpoint: Endpoint, now: datetime) -> str:
+def _why_not_runnable(endpoint: ClaimedEndpoint, now: datetime) -> str:
     if endpoint.archived_at is not None:
         return "the endpoint was archived"
-    if endpoint.job.status != JobStatus.ACTIVE:
-        return f"the job is {endpoint.job.status}"
+    if endpoint.job_status != JobStatus.ACTIVE:
+        return f"the job is {endpoint.job_status}"
     if endpoint.is_paused(now):
         return f"the endpoint is paused until {endpoint.paused_until}"
     return ""
 
 
 def _ensure_lease_outlasts_request(
-    endpoint: Endpoint, claim: Claim, now: datetime
-) -> Endpoint | None:
+    endpoint: ClaimedEndpoint, claim: Claim, now: datetime
+) -> ClaimedEndpoint | None:
     """A message that starts very late (a busy worker) extends its lease before calling out,
     so the lease cannot expire mid-request and let a second claimer run it concurrently."""
     assert endpoint.locked_until is not None
@@ -441,7 +425,14 @@ def _ensure_lease_outlasts_request(
     return endpoint
 
 
-def _start_run(endpoint: Endpoint, claim: Claim, started: datetime) -> Run:
+def _statement_guard() -> AbstractContextManager[Any]:
+    """Lets a statement fail without spoiling the connection: a savepoint inside a
+    transaction; nothing in autocommit (the hot path), where a failed statement is its own
+    rolled-back transaction and BEGIN/COMMIT would double the run's round trips."""
+    return transaction.atomic() if connection.in_atomic_block else nullcontext()
+
+
+def _start_run(endpoint: ClaimedEndpoint, claim: Claim, started: datetime) -> Run:
     """Create the Run before the request. A slot already attempted becomes a retry.
 
     Scheduled slots are unique in the database (``endpoints_run_one_per_slot``), so the
@@ -458,14 +449,17 @@ def _start_run(endpoint: Endpoint, claim: Claim, started: datetime) -> Run:
         "lease_expires_at": endpoint.locked_until,
         "request_method": endpoint.method,
         "request_url": endpoint.url,
+        "attempt": 1,
+        "response_truncated": False,
+        "error": "",
     }
     previous = None
     if claim.trigger != RunTrigger.SCHEDULED:
         previous = _latest_attempt(endpoint.pk, claim.scheduled_for)
     if previous is None:
         try:
-            with transaction.atomic():
-                return Run.objects.create(**fields)
+            with _statement_guard():
+                return Run(pk=hot_path.insert_run(fields), **fields)
         except IntegrityError:
             previous = _latest_attempt(endpoint.pk, claim.scheduled_for)
             if previous is None:
@@ -493,7 +487,7 @@ def _mark_lost(run: Run, now: datetime, why: str) -> None:
 
 
 def _perform_and_reschedule(
-    endpoint: Endpoint,
+    endpoint: ClaimedEndpoint,
     claim: Claim,
     run: Run,
     started: datetime,
@@ -502,13 +496,13 @@ def _perform_and_reschedule(
     ids = {"endpoint_id": claim.endpoint_id, "claim_token": str(claim.claim_token)}
     # The executor's lines for this request carry the run's ids too.
     with log_context(**ids, run_id=run.pk, source=claim.source):
-        result = perform_request(_request_for(endpoint), policy=policy)
+        result = perform_request(_request_for(endpoint, endpoint.hmac_secret), policy=policy)
     finished = timezone.now()
     _finish_run(run, result, finished, claim)
     _reschedule(endpoint, claim, started, finished, succeeded=result.status == "success")
 
 
-def _request_for(endpoint: Endpoint) -> HttpRequest:
+def _request_for(endpoint: ClaimedEndpoint | Endpoint, hmac_secret: str) -> HttpRequest:
     return HttpRequest(
         url=endpoint.url,
         method=endpoint.method,
@@ -516,7 +510,7 @@ def _request_for(endpoint: Endpoint) -> HttpRequest:
         body=endpoint.body,
         timeout_ms=endpoint.timeout_ms,
         max_response_size_kb=endpoint.max_response_size_kb,
-        hmac_secret=endpoint.job.tenant.hmac_secret,
+        hmac_secret=hmac_secret,
     )
 
 
@@ -533,14 +527,13 @@ def _finish_run(run: Run, result: HttpResult, finished: datetime, claim: Claim) 
         "response_size_bytes": result.size_bytes,
         "error": result.error or "",
     }
-    running = Run.objects.filter(pk=run.pk, status=RunStatus.RUNNING)
     try:
-        with transaction.atomic():
-            updated = running.update(**outcome)
+        with _statement_guard():
+            updated = hot_path.finish_run(run.pk, outcome)
     except DatabaseError as exc:  # e.g. a NUL character, which PostgreSQL's jsonb refuses
         outcome["response_body"] = None
         outcome["error"] = f"{outcome['error']} (the response body could not be stored: {exc})"
-        updated = running.update(**outcome)
+        updated = hot_path.finish_run(run.pk, outcome)
     if updated:
         metrics.record_run(run, status=status, duration_ms=outcome["duration_ms"])
     level = logging.DEBUG if status == RunStatus.SUCCESS else logging.INFO
@@ -550,7 +543,9 @@ def _finish_run(run: Run, result: HttpResult, finished: datetime, claim: Claim) 
     _log(level, f"run {word} in {result.duration_ms} ms", claim=claim, run_id=run.pk)
 
 
-def _recover(endpoint: Endpoint, claim: Claim, run: Run, started: datetime, exc: Exception) -> None:
+def _recover(
+    endpoint: ClaimedEndpoint, claim: Claim, run: Run, started: datetime, exc: Exception
+) -> None:
     """Record the error on the run and try again later, so one broken endpoint (a corrupt
     schedule, a body the database refuses) neither loops nor holds its lease."""
     now = timezone.now()
@@ -572,7 +567,7 @@ def _recover(endpoint: Endpoint, claim: Claim, run: Run, started: datetime, exc:
 
 
 def _reschedule(
-    endpoint: Endpoint,
+    endpoint: ClaimedEndpoint,
     claim: Claim,
     started: datetime,
     finished: datetime,
@@ -585,14 +580,13 @@ def _reschedule(
     """
     for _attempt in range(3):
         values = _next_state(endpoint, started, finished, succeeded=succeeded)
-        updated = Endpoint.objects.filter(
-            _as_read(endpoint), pk=endpoint.pk, claim_token=claim.claim_token
-        ).update(last_run_at=started, locked_until=None, claim_token=None, **values)
-        if updated:
+        # A person may change the schedule, hints or pause while the run is in flight;
+        # the update only wins if those are as read, otherwise re-read and plan again.
+        if hot_path.reschedule(endpoint, claim.claim_token, {"last_run_at": started, **values}):
             when, why = values["next_run_at"], values["next_run_source"]
             _log(logging.DEBUG, f"rescheduled for {when:%Y-%m-%d %H:%M:%S}Z ({why})", claim=claim)
             return True
-        fresh = Endpoint.objects.filter(pk=endpoint.pk).first()
+        fresh = hot_path.load_endpoint(endpoint.pk)
         if fresh is None or fresh.claim_token != claim.claim_token:
             _log(logging.WARNING, "lease lost; run kept, endpoint not rescheduled", claim=claim)
             return False
@@ -602,7 +596,7 @@ def _reschedule(
 
 
 def _next_state(
-    endpoint: Endpoint, started: datetime, finished: datetime, *, succeeded: bool
+    endpoint: ClaimedEndpoint, started: datetime, finished: datetime, *, succeeded: bool
 ) -> dict[str, Any]:
     failure_count = 0 if succeeded else endpoint.failure_count + 1
     hints = _hints_after_run(endpoint, started)
@@ -624,7 +618,7 @@ def _next_state(
     }
 
 
-def _hints_after_run(endpoint: Endpoint, started: datetime) -> dict[str, Any]:
+def _hints_after_run(endpoint: ClaimedEndpoint, started: datetime) -> dict[str, Any]:
     """Expired hints go entirely; a one-shot whose time has come is consumed (trap 12)."""
     current = {
         "ai_hint_interval_ms": endpoint.ai_hint_interval_ms,
@@ -641,14 +635,6 @@ def _hints_after_run(endpoint: Endpoint, started: datetime) -> dict[str, Any]:
             return dict(NO_HINT)
         return {**current, "ai_hint_next_run_at": None}
     return current
-
-
-def _as_read(endpoint: Endpoint) -> Q:
-    condition = Q()
-    for name in PLANNING_FIELDS:
-        value = getattr(endpoint, name)
-        condition &= Q(**{f"{name}__isnull": True}) if value is None else Q(**{name: value})
-    return condition
 
 
 # --- Safety nets ----------------------------------------------------------------------
@@ -798,7 +784,7 @@ def test_endpoint(endpoint: Endpoint, *, now: datetime | None = None) -> Run:
         request_method=endpoint.method,
         request_url=endpoint.url,
     )
-    result = perform_request(_request_for(endpoint))
+    result = perform_request(_request_for(endpoint, endpoint.job.tenant.hmac_secret))
     finished = started + timedelta(milliseconds=max(int(result.duration_ms), 0))
     Run.objects.filter(pk=run.pk).update(
         status=RESULT_STATUS.get(result.status, RunStatus.FAILURE),

@@ -94,6 +94,9 @@ class TargetServer:
 
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
+            # Headers and body go out as two writes; with Nagle's algorithm the second
+            # waits for the client's delayed ACK (~40 ms) on a kept-alive connection.
+            disable_nagle_algorithm = True
 
             def log_message(self, format: str, *args: Any) -> None:
                 pass
