@@ -747,8 +747,10 @@ def run_now(endpoint: Endpoint, *, now: datetime, user: Any = None) -> None:
             f"{endpoint} is paused until {endpoint.paused_until:%Y-%m-%d %H:%M:%S} UTC; "
             "resume it first, or use Test to call it once while paused."
         )
-    updated = Endpoint.objects.filter(pk=endpoint.pk, claim_token__isnull=True).update(
-        next_run_at=now, next_run_source=Source.MANUAL
+    # A lease that has run out (its worker died) does not block: it is released here.
+    lease_free = Q(claim_token__isnull=True) | Q(locked_until__lte=now)
+    updated = Endpoint.objects.filter(lease_free, pk=endpoint.pk).update(
+        next_run_at=now, next_run_source=Source.MANUAL, claim_token=None, locked_until=None
     )
     if not updated:
         raise OperationRefused(_in_flight_message(endpoint, now))

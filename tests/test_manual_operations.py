@@ -110,6 +110,14 @@ def test_run_now_is_refused_while_a_run_is_in_flight_and_says_which(make_endpoin
     assert fresh(endpoint).next_run_source != Source.MANUAL
 
 
+def test_run_now_is_not_blocked_by_a_lease_that_ran_out(make_endpoint, now):
+    endpoint = make_endpoint(next_run_at=now - HOUR)
+    claim_due_endpoints(now=now - HOUR, limit=10, horizon_ms=0)
+    run_now(endpoint, now=now)  # the worker died an hour ago; its lease is long over
+    [claim] = claim_due_endpoints(now=now, limit=10, horizon_ms=0)
+    assert (claim.endpoint_id, claim.trigger, claim.scheduled_for) == (endpoint.pk, "manual", now)
+
+
 def test_run_now_is_refused_for_a_paused_endpoint_a_paused_job_and_an_archived_endpoint(
     make_endpoint, job, now
 ):
