@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import json
 import statistics
-from datetime import timedelta
+import uuid
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from django.utils import timezone
 
 from endpoints.models import Endpoint, Heartbeat, Run, RunStatus, Source
+from endpoints.scheduling import Claim
+from endpoints.tasks import CHUNK_SIZE, group_claims
 from tests.engine_processes import (
     celery_beat,
     celery_worker,
@@ -21,11 +25,35 @@ from tests.engine_processes import (
 )
 from tests.http_targets import TargetServer
 
-pytestmark = pytest.mark.django_db(transaction=True)
-
 S = timedelta(seconds=1)
 
 
+def claim_at(ms: int, endpoint_id: int = 1) -> Claim:
+    at = datetime(2026, 11, 22, 12, 0, tzinfo=UTC) + timedelta(milliseconds=ms)
+    return Claim(endpoint_id, uuid.uuid4(), at, "baseline-interval", "scheduled")
+
+
+def test_claims_due_together_travel_in_one_message_with_the_earliest_eta():
+    claims = [claim_at(ms, k) for k, ms in enumerate([0, 150, 199, 200, 950, 30, 10])]
+    chunks = group_claims(claims)
+    assert [[c.scheduled_for.microsecond // 1000 for c in chunk] for chunk in chunks] == [
+        [0, 10, 30, 150, 199],
+        [200],
+        [950],
+    ]
+
+
+def test_a_chunk_never_carries_more_than_its_size():
+    chunks = group_claims([claim_at(0, k) for k in range(CHUNK_SIZE * 2 + 1)])
+    assert [len(chunk) for chunk in chunks] == [CHUNK_SIZE, CHUNK_SIZE, 1]
+
+
+def test_a_claim_survives_the_trip_through_a_message():
+    claim = claim_at(123)
+    assert Claim.from_payload(json.loads(json.dumps(claim.to_payload()))) == claim
+
+
+@pytest.mark.django_db(transaction=True)
 def test_a_one_second_endpoint_runs_ten_times_in_ten_seconds_each_on_time(make_endpoint, tmp_path):
     clear_broker()
     env = process_env(DATABASE_URL=child_database_url(), CRONICORN_EXECUTOR_THREADS="4")

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import threading
+import time
 import uuid
 from collections.abc import Callable
 from datetime import datetime, timedelta
 
 import pytest
 from django.conf import settings
-from django.db import connection, connections
+from django.db import connection, connections, transaction
 
 from endpoints.models import Endpoint, Job, JobStatus, Source
 from endpoints.scheduling import _PG_CLAIM_UNLIMITED, claim_due_endpoints
@@ -169,6 +170,42 @@ def test_concurrent_claimers_on_separate_connections_get_disjoint_sets(transacti
     everything = [pk for batch in taken for pk in batch]
     assert len(everything) == len(set(everything)) == len(endpoints)
     assert sum(1 for batch in taken if batch) >= 2  # they really did overlap
+
+
+def test_a_second_claimer_cannot_fill_a_slot_the_first_has_not_committed_yet(
+    transactional_db, job, now
+):
+    if connection.vendor != "postgresql":
+        pytest.skip("the race needs two PostgreSQL connections")
+    Job.objects.filter(pk=job.pk).update(max_concurrent=1)
+    bulk_endpoints(job, 5, lambda k: now - timedelta(milliseconds=k))
+    first_claimed, second_done = threading.Event(), threading.Event()
+    first: list[int] = []
+
+    def slow_first_claimer() -> None:
+        try:
+            with transaction.atomic():  # holds its claim uncommitted while the other claims
+                first.extend(claimed_ids(now))
+                first_claimed.set()
+                second_done.wait(timeout=20)
+        finally:
+            connections.close_all()
+
+    thread = threading.Thread(target=slow_first_claimer)
+    thread.start()
+    assert first_claimed.wait(timeout=20)
+    started = time.monotonic()
+    second = claimed_ids(now)
+    waited = time.monotonic() - started
+    second_done.set()
+    thread.join(timeout=20)
+
+    assert len(first) == 1
+    # It could not see the first's lease yet: the job's lock made it skip the job at once,
+    # instead of waiting on the first's rows or filling the slot a second time.
+    assert second == []
+    assert waited < 5
+    assert Endpoint.objects.filter(claim_token__isnull=False).count() == 1
 
 
 def _plan_for_claim(now: datetime, *, analyze: bool) -> str:
