@@ -129,11 +129,25 @@ def write_results(name: str, data: dict[str, Any]) -> Path:
         "at": datetime.now(UTC).isoformat(timespec="seconds"),
         "command": " ".join([Path(sys.executable).name, *sys.argv]),
         "cpus": os.cpu_count(),
+        "code": code_state(),
         **data,
     }
     path.write_text(json.dumps(data, indent=2, default=str) + "\n")
     print(f"\nwrote {path.relative_to(ROOT)}")
     return path
+
+
+def code_state() -> dict[str, Any]:
+    """The commit measured and any uncommitted engine change (others share this checkout)."""
+
+    def git(*args: str) -> str:
+        done = subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True)
+        return done.stdout.strip()
+
+    return {
+        "commit": git("rev-parse", "--short", "HEAD"),
+        "uncommitted": git("status", "--short", "--", "endpoints", "cronicorn_site").splitlines(),
+    }
 
 
 def wait_until(condition: Any, *, timeout: float, every: float = 0.05) -> bool:

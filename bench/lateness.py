@@ -7,7 +7,10 @@ through Celery (beat + tick worker + execute worker, Redis db 8, PostgreSQL) and
 database, against the fast local server. Reports p50/p95/p99/max over every slot
 scheduled inside the window, and how many of the expected slots started.
 
-    .venv/bin/python bench/lateness.py [--n 200] [--interval-ms 1000] [--window 30]
+``--lead`` adds a what-if for each scenario: ticks every 0.5 s with the 1 s horizon
+(bench/lead_settings.py), so every slot is claimed at least 0.5 s before it is due.
+
+    .venv/bin/python bench/lateness.py [--n 200] [--interval-ms 1000] [--window 30] [--lead]
 """
 
 from __future__ import annotations
@@ -20,6 +23,21 @@ from _scenario import Params, run_in_subprocess
 
 TARGET_P99_MS = 100.0
 SCENARIOS = ("celery-pg", "runscheduler-sqlite", "runscheduler-pg")
+
+
+def params_for(name: str, args: argparse.Namespace, *, lead: bool) -> Params:
+    mode, database = name.split("-")
+    return Params(
+        mode=mode,
+        database="postgres" if database == "pg" else "sqlite",
+        n=args.n,
+        interval_ms=args.interval_ms,
+        warmup=args.warmup,
+        window=args.window,
+        threads=args.threads,
+        label=f"{name} lead 0.5s" if lead else name,
+        extra_env={"DJANGO_SETTINGS_MODULE": "bench.lead_settings"} if lead else {},
+    )
 
 
 def row(result: dict[str, Any]) -> list[Any]:
@@ -47,24 +65,17 @@ def main() -> None:
     parser.add_argument("--window", type=float, default=30.0)
     parser.add_argument("--threads", type=int, default=16)
     parser.add_argument("--only", default=",".join(SCENARIOS))
+    parser.add_argument("--lead", action="store_true", help="also claim 0.5 s ahead")
     args = parser.parse_args()
     if not (1 <= args.n <= 20_000 and args.interval_ms >= 1000 and 1 <= args.window <= 300):
         raise SystemExit("Keep --n within 1..20000, --interval-ms >= 1000, --window 1..300 s.")
 
+    plans = [params_for(name, args, lead=False) for name in args.only.split(",")]
+    if args.lead:
+        plans += [params_for(name, args, lead=True) for name in args.only.split(",")]
     results = []
-    for name in args.only.split(","):
-        mode, database = name.split("-")
-        params = Params(
-            mode=mode,
-            database="postgres" if database == "pg" else "sqlite",
-            n=args.n,
-            interval_ms=args.interval_ms,
-            warmup=args.warmup,
-            window=args.window,
-            threads=args.threads,
-            label=name,
-        )
-        print(f"{name}: {args.n} endpoints every {args.interval_ms} ms ... (load {load()})")
+    for params in plans:
+        print(f"{params.label}: {args.n} endpoints every {args.interval_ms} ms (load {load()})")
         results.append(run_in_subprocess(params))
         print(f"  p99 {results[-1]['lateness_ms']['p99']} ms", flush=True)
 
