@@ -14,7 +14,7 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from endpoints.models import Endpoint, Run, RunStatus, RunTrigger
+from endpoints.models import Endpoint, Heartbeat, Run, RunStatus, RunTrigger
 from tests.engine_processes import (
     celery_worker,
     child_database_url,
@@ -63,27 +63,29 @@ def test_three_tick_loops_and_two_workers_run_500_endpoints_exactly_once_per_slo
         )
         # Chunk tasks mostly wait for their claims' slots: threads are cheap here.
         workers = [celery_worker(["execute"], concurrency=16) for _ in range(2)]
+        loops = [
+            running(tick_loop(seconds=120), env=env, log=tmp_path / f"tick{k}.log")
+            for k in range(3)
+        ]
         with (
             running(workers[0][0], env=env, log=tmp_path / "worker0.log"),
             running(workers[1][0], env=env, log=tmp_path / "worker1.log"),
+            loops[0],
+            loops[1],
+            loops[2],
         ):
             wait_for_workers([name for _args, name in workers])
-            start = timezone.now() + 4 * S  # the tick loops need a moment to start
+            # The clock starts once the tick loops tick (nothing is due before that).
+            assert wait_until(lambda: Heartbeat.objects.filter(name="tick").exists(), timeout=60)
+            start = timezone.now() + 2 * S
             for k, endpoint in enumerate(endpoints):
                 spread = timedelta(milliseconds=(k * 37) % endpoint.baseline_interval_ms)
                 endpoint.next_run_at = start + spread
             Endpoint.objects.bulk_update(endpoints, ["next_run_at"])
             end = start + window
-            seconds = (end - timezone.now()).total_seconds() + 1
-            loops = [
-                running(tick_loop(seconds), env=env, log=tmp_path / f"tick{k}.log")
-                for k in range(3)
-            ]
-            with loops[0], loops[1], loops[2]:
-                assert wait_until(lambda: timezone.now() > end + S, timeout=60)
-            assert wait_until(
-                lambda: not Run.objects.filter(status=RunStatus.RUNNING).exists(), timeout=30
-            )
+            assert wait_until(lambda: timezone.now() > end + S, timeout=60)
+            in_flight = Run.objects.filter(status=RunStatus.RUNNING, scheduled_for__lt=end)
+            assert wait_until(lambda: not in_flight.exists(), timeout=30)
 
     runs = defaultdict(list)
     for run in Run.objects.order_by("started_at"):
@@ -97,16 +99,33 @@ def test_three_tick_loops_and_two_workers_run_500_endpoints_exactly_once_per_slo
         f"p99={lateness[int(len(lateness) * 0.99)] * 1000:.1f}"
     )
     assert {r.trigger for v in runs.values() for r in v} == {RunTrigger.SCHEDULED}
+    strict = 0
     for endpoint in endpoints:
         mine = runs[endpoint.pk]
+        interval = timedelta(milliseconds=endpoint.baseline_interval_ms)
+        assert mine[0].scheduled_for == endpoint.next_run_at
         for earlier, later in itertools.pairwise(mine):
             assert earlier.finished_at <= later.started_at, "two runs in flight at once"
+            # Start to start (from the end if slower than the interval): no slot skipped,
+            # none added, whatever the load.
+            planned = earlier.started_at + interval
+            if planned <= earlier.finished_at:
+                planned = earlier.finished_at + interval
+            assert later.scheduled_for == planned
         slots = [run.scheduled_for for run in mine]
         assert len(slots) == len(set(slots)), "two runs for one slot"
-        in_window = [s for s in slots if s < end]
-        first = endpoint.next_run_at
-        expected = (end - first) // timedelta(milliseconds=endpoint.baseline_interval_ms) + 1
-        assert abs(len(in_window) - expected) <= 1, (endpoint.name, len(in_window), expected)
+        in_window = [run for run in mine if run.scheduled_for < end]
+        ideal = (end - endpoint.next_run_at) // interval + 1
+        # Each run's lateness delays the cadence (start to start), so on a busy machine
+        # a 1 s endpoint may fit fewer runs than the ideal; allow exactly that much.
+        drift = sum((run.started_at - run.scheduled_for for run in in_window[:-1]), timedelta())
+        assert abs(len(in_window) - ideal) <= 1 + drift // interval, (
+            endpoint.name,
+            len(in_window),
+            ideal,
+        )
+        strict += abs(len(in_window) - ideal) <= 1
+    print(f"exactly once: {strict} of {len(endpoints)} endpoints within one of the ideal count")
 
 
 def test_a_worker_killed_mid_request_loses_the_run_and_the_slot_runs_again_after_the_lease(
