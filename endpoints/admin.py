@@ -186,7 +186,13 @@ class JobAdmin(TenantScopedAdmin):
     readonly_fields = ("endpoints_link",)
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Any]:
-        return super().get_queryset(request).annotate(endpoints_total=Count("endpoints"))
+        # An aggregate drops Meta.ordering, so order explicitly (autocomplete paginates it).
+        return (
+            super()
+            .get_queryset(request)
+            .annotate(endpoints_total=Count("endpoints"))
+            .order_by("tenant__name", "name")
+        )
 
     def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> Any:
         # A job's status changes through pause/resume, which reschedule its endpoints.
