@@ -5,13 +5,14 @@ Keep fixtures that only one behaviour needs inside that behaviour's test file.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from typing import Any
 
 import pytest
 
 from endpoints.models import Endpoint, Job, Tenant
+from tests.http_targets import TargetServer
 
 
 @pytest.fixture
@@ -49,3 +50,16 @@ def make_endpoint(job: Job) -> Callable[..., Endpoint]:
 @pytest.fixture
 def now() -> datetime:
     return datetime(2026, 11, 22, 12, 0, tzinfo=UTC)
+
+
+@pytest.fixture
+def loopback_allowed(settings: Any) -> None:
+    """Let the executor call the test servers on 127.0.0.1 (the SSRF guard refuses it)."""
+    settings.CRONICORN_ALLOW_PRIVATE_ADDRESSES = True
+
+
+@pytest.fixture
+def target() -> Iterator[TargetServer]:
+    """A recording HTTP server on 127.0.0.1 (see tests/http_targets.py)."""
+    with TargetServer() as server:
+        yield server

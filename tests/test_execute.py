@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
 from datetime import timedelta
 
 import pytest
@@ -17,22 +16,10 @@ from endpoints.scheduling import (
     claim_due_endpoints,
     execute_claim,
 )
-from tests.http_targets import TargetServer
 
-pytestmark = pytest.mark.django_db
+pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("loopback_allowed")]
 
 S = timedelta(seconds=1)
-
-
-@pytest.fixture(autouse=True)
-def _loopback_allowed(settings):
-    settings.CRONICORN_ALLOW_PRIVATE_ADDRESSES = True
-
-
-@pytest.fixture
-def target() -> Iterator[TargetServer]:
-    with TargetServer() as server:
-        yield server
 
 
 def due_claim(endpoint: Endpoint) -> Claim:

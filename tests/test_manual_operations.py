@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from datetime import timedelta
 
 import pytest
@@ -36,23 +35,11 @@ from endpoints.scheduling import (
     run_now,
     test_endpoint,
 )
-from tests.http_targets import TargetServer
 
-pytestmark = pytest.mark.django_db
+pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("loopback_allowed")]
 
 S = timedelta(seconds=1)
 HOUR = timedelta(hours=1)
-
-
-@pytest.fixture(autouse=True)
-def _loopback_allowed(settings):
-    settings.CRONICORN_ALLOW_PRIVATE_ADDRESSES = True
-
-
-@pytest.fixture
-def target() -> Iterator[TargetServer]:
-    with TargetServer() as server:
-        yield server
 
 
 @pytest.fixture

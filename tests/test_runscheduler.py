@@ -24,22 +24,10 @@ from tests.engine_processes import (
     running,
     wait_until,
 )
-from tests.http_targets import TargetServer
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("loopback_allowed")]
 
 S = timedelta(seconds=1)
-
-
-@pytest.fixture(autouse=True)
-def _loopback_allowed(settings):
-    settings.CRONICORN_ALLOW_PRIVATE_ADDRESSES = True
-
-
-@pytest.fixture
-def target():
-    with TargetServer() as server:
-        yield server
 
 
 @pytest.fixture

@@ -9,7 +9,6 @@ from __future__ import annotations
 import itertools
 import threading
 import uuid
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -26,23 +25,11 @@ from endpoints.scheduling import (
     run_now,
 )
 from tests.engine_processes import wait_until
-from tests.http_targets import TargetServer
 
-pytestmark = pytest.mark.django_db
+pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("loopback_allowed")]
 
 S = timedelta(seconds=1)
 START = datetime(2026, 11, 22, 12, 0, 0, 370_000, tzinfo=UTC)  # ticks off the whole second
-
-
-@pytest.fixture(autouse=True)
-def _loopback_allowed(settings):
-    settings.CRONICORN_ALLOW_PRIVATE_ADDRESSES = True
-
-
-@pytest.fixture
-def target() -> Iterator[TargetServer]:
-    with TargetServer() as server:
-        yield server
 
 
 def simulate(clock, *, start: datetime, seconds: float, tick: float, horizon_ms: int) -> None:
