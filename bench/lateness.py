@@ -8,7 +8,7 @@ database, against the fast local server. Reports p50/p95/p99/max over every slot
 scheduled inside the window, and how many of the expected slots started.
 
 ``--lead`` adds a what-if for each scenario: ticks every 0.5 s with the 1 s horizon
-(bench/lead_settings.py), so every slot is claimed at least 0.5 s before it is due.
+(bench/whatif_settings.py), so every slot is claimed at least 0.5 s before it is due.
 
     .venv/bin/python bench/lateness.py [--n 200] [--interval-ms 1000] [--window 30] [--lead]
 """
@@ -23,6 +23,7 @@ from _scenario import Params, run_in_subprocess
 
 TARGET_P99_MS = 100.0
 SCENARIOS = ("celery-pg", "runscheduler-sqlite", "runscheduler-pg")
+WHAT_IF_LEAD = {"DJANGO_SETTINGS_MODULE": "bench.whatif_settings", "BENCH_TICK_SECONDS": "0.5"}
 
 
 def params_for(name: str, args: argparse.Namespace, *, lead: bool) -> Params:
@@ -36,7 +37,7 @@ def params_for(name: str, args: argparse.Namespace, *, lead: bool) -> Params:
         window=args.window,
         threads=args.threads,
         label=f"{name} lead 0.5s" if lead else name,
-        extra_env={"DJANGO_SETTINGS_MODULE": "bench.lead_settings"} if lead else {},
+        extra_env=WHAT_IF_LEAD if lead else {},
     )
 
 
