@@ -155,8 +155,10 @@ ORDER BY j.id
 FOR NO KEY UPDATE OF j SKIP LOCKED
 """  # noqa: S608
 
+# ``free`` is MATERIALIZED so its leased count runs once per job: inlined, PostgreSQL ran
+# it once per due row (bench/README.md, "Jobs with max_concurrent").
 _PG_CLAIM_LIMITED = f"""
-WITH free AS (
+WITH free AS MATERIALIZED (
     SELECT j.id AS job_id, j.max_concurrent - (
         SELECT count(*) FROM endpoints_endpoint AS l
         WHERE l.job_id = j.id AND l.claim_token IS NOT NULL
