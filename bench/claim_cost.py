@@ -9,12 +9,14 @@ between repetitions). Further scenarios on the 1 000 000 table:
   flight), which DESIGN.md warns about;
 - ``+limited jobs``: the same, with 10 of the 100 jobs under ``max_concurrent``;
 - ``contrast``: the same table with an index that keeps claimed rows (what the partial
-  index ``endpoints_endpoint_claimable`` avoids), to show what the design saves.
+  index ``endpoints_endpoint_claimable`` avoids), to show what the design saves;
+- ``--what-if``: the in-flight and limited-jobs scenarios again with two per-job partial
+  indexes and without the plain ``job_id`` FK index (see bench/README.md).
 
 Baseline in the same run: a plain ``SELECT ... ORDER BY next_run_at LIMIT 1000`` by the
 same index, and the claim among 10 000.
 
-    .venv/bin/python bench/claim_cost.py [--sizes 10000,1000000] [--reps 15]
+    .venv/bin/python bench/claim_cost.py [--sizes 10000,1000000] [--reps 15] [--what-if]
 """
 
 from __future__ import annotations
@@ -58,6 +60,20 @@ SET claim_token = gen_random_uuid(), locked_until = %(t0)s + INTERVAL '2 hours',
     next_run_at = %(t0)s - INTERVAL '60 seconds' + (id %% 1000) * INTERVAL '1 millisecond'
 WHERE id %% %(every)s = 1
 """
+
+# What-if: serve the limited-jobs claim by job (claimable and leased rows per job) and
+# drop the plain FK index, which endpoints_endpoint_unique_name (job_id, name) covers.
+JOB_INDEXES = (
+    "CREATE INDEX bench_claimable_by_job ON endpoints_endpoint (job_id, next_run_at) "
+    "WHERE archived_at IS NULL AND claim_token IS NULL",
+    "CREATE INDEX bench_leased_by_job ON endpoints_endpoint (job_id) WHERE claim_token IS NOT NULL",
+    "DROP INDEX endpoints_endpoint_job_id_2403421a",
+)
+UNDO_JOB_INDEXES = (
+    "DROP INDEX bench_claimable_by_job",
+    "DROP INDEX bench_leased_by_job",
+    "CREATE INDEX endpoints_endpoint_job_id_2403421a ON endpoints_endpoint (job_id)",
+)
 
 BASELINE_SELECT = """
 SELECT c.id FROM endpoints_endpoint AS c JOIN endpoints_job AS j ON j.id = c.job_id
@@ -219,7 +235,7 @@ def restore_claim_index() -> None:
     execute("DROP INDEX bench_keeps_claimed")
 
 
-def run(sizes: list[int], due: int, in_flight: int, reps: int) -> dict[str, Any]:
+def run(sizes: list[int], due: int, in_flight: int, reps: int, what_if: bool) -> dict[str, Any]:
     from django.utils import timezone
 
     rows: list[dict[str, Any]] = []
@@ -242,7 +258,23 @@ def run(sizes: list[int], due: int, in_flight: int, reps: int) -> dict[str, Any]
         rows.append(scenario(contrast, largest, max(3, reps // 3), due, index_keeping_claimed_rows))
         plans[contrast] = explain_claim(due)
         restore_claim_index()
+        if what_if:
+            rows += what_if_job_indexes(label, largest, reps, due)
     return {"rows": rows, "plans": plans}
+
+
+def what_if_job_indexes(label: str, size: int, reps: int, due: int) -> list[dict[str, Any]]:
+    """The claim with the per-job partial indexes and without the redundant FK index."""
+    for statement in JOB_INDEXES:
+        execute(statement)
+    vacuum()
+    prefix = "what-if: job indexes, no plain job_id index"
+    rows = [scenario(f"{prefix}: {label}", size, reps, due)]
+    rows.append(scenario(f"{prefix}: {label} +limited jobs", size, reps, due, limit_some_jobs))
+    unlimit_jobs()
+    for statement in UNDO_JOB_INDEXES:
+        execute(statement)
+    return rows
 
 
 def report(result: dict[str, Any]) -> None:
@@ -287,6 +319,7 @@ def main() -> None:
     parser.add_argument("--due", type=int, default=1000)
     parser.add_argument("--in-flight", type=int, default=40_000)
     parser.add_argument("--reps", type=int, default=15)
+    parser.add_argument("--what-if", action="store_true", help="also try the job indexes")
     args = parser.parse_args()
     sizes = [int(size) for size in args.sizes.split(",")]
     if any(size < args.due for size in sizes) or not 1 <= args.reps <= 200:
@@ -296,7 +329,7 @@ def main() -> None:
     print(f"load before: {load()}")
     fresh_database(url)
     setup_django(url)
-    result = run(sizes, args.due, args.in_flight, args.reps)
+    result = run(sizes, args.due, args.in_flight, args.reps, args.what_if)
     report(result)
     save("claim_cost", {"load_after": load(), "args": vars(args), **result})
 
