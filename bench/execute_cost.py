@@ -9,9 +9,11 @@ dispatches the claims (Celery or runscheduler).
 
 On PostgreSQL it also runs a what-if, ``raw_run``: the same work (read the claimed
 endpoint, insert the Run, call, finish the Run, reschedule through the governor on the
-claim token with the optimistic check of the planning fields) as five hand-written SQL
-statements instead of ORM querysets, to measure what the ORM costs on the hot path. It
-is a measurement aid, not a second implementation: no retries, no lost-slot handling.
+claim token with the optimistic check of the planning fields) in hand-written SQL, as
+it is, with finish and reschedule in one transaction, and with each thread's finishes
+written 25 at a time (one transaction per batch), to measure what batching the writes
+would save. It is a measurement aid, not a second implementation: no retries, no
+lost-slot handling.
 
     .venv/bin/python bench/execute_cost.py [--database postgres|sqlite] [--n 2000]
 """
@@ -20,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import threading
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -75,8 +78,15 @@ def own_backend() -> int | None:
     return int(connection.connection.info.backend_pid)
 
 
-def measure(label: str, work: Sequence[Any], call: Callable[[Any], Any], threads: int) -> dict:
-    """Wall and CPU per item of ``call`` over ``work`` on ``threads`` threads."""
+def measure(
+    label: str,
+    work: Sequence[Any],
+    call: Callable[[Any], Any],
+    threads: int,
+    after: Callable[[], Any] = lambda: None,
+) -> dict:
+    """Wall and CPU per item of ``call`` over ``work`` on ``threads`` threads; each thread
+    calls ``after`` once at the end of its share."""
     from django.db import connection
 
     backend_cpu: list[float] = []
@@ -87,6 +97,7 @@ def measure(label: str, work: Sequence[Any], call: Callable[[Any], Any], threads
         try:
             for item in items:
                 call(item)
+            after()
         finally:
             if backend:
                 backend_cpu.append(cpu_seconds(backend) - before)
@@ -150,11 +161,44 @@ RESCHEDULE = (
 )
 
 
-def raw_run(claim: Any, *, one_transaction: bool = False) -> None:
+WRITE_BATCH = 25
+_pending = threading.local()
+
+
+def raw_run(claim: Any, *, mode: str = "each") -> None:
+    """The run in hand-written SQL. ``mode``: ``each`` (finish and reschedule as two
+    autocommitted statements), ``one_tx`` (both in one transaction) or ``batched`` (this
+    thread's finishes written ``WRITE_BATCH`` at a time, one transaction per batch)."""
+    from django.db import connection, transaction
+
+    with connection.cursor() as cursor:
+        finish, reschedule = _raw_start_and_call(cursor, claim)
+        if mode == "batched":
+            batch = _pending.__dict__.setdefault("writes", [])
+            batch.append((finish, reschedule))
+            if len(batch) >= WRITE_BATCH:
+                flush_raw_writes()
+            return
+        with transaction.atomic() if mode == "one_tx" else nullcontext():
+            cursor.execute(FINISH_RUN, finish)
+            cursor.execute(RESCHEDULE, reschedule)
+
+
+def flush_raw_writes() -> None:
+    from django.db import connection, transaction
+
+    batch = _pending.__dict__.pop("writes", [])
+    if batch:
+        with transaction.atomic(), connection.cursor() as cursor:
+            cursor.executemany(FINISH_RUN, [finish for finish, _ in batch])
+            cursor.executemany(RESCHEDULE, [reschedule for _, reschedule in batch])
+
+
+def _raw_start_and_call(cursor: Any, claim: Any) -> tuple[list[Any], list[Any]]:
+    """Read, insert the Run, call; returns the finish and reschedule parameters."""
     import json
     from types import SimpleNamespace
 
-    from django.db import connection, transaction
     from django.utils import timezone
     from psycopg.types.json import Jsonb
 
@@ -162,35 +206,31 @@ def raw_run(claim: Any, *, one_transaction: bool = False) -> None:
     from endpoints.governor import EndpointSchedule, plan_next_run
 
     started = timezone.now()
-    with connection.cursor() as cursor:
-        cursor.execute(READ, [claim.endpoint_id, claim.claim_token])
-        row = cursor.fetchone()
-        names = (*COLUMNS, "locked_until", *PLANNING, "secret")
-        e = SimpleNamespace(**dict(zip(names, row, strict=True)))
-        read_planning = [getattr(e, c) for c in PLANNING]
-        slot = [claim.trigger, claim.source, claim.scheduled_for, started, claim.claim_token]
-        cursor.execute(INSERT_RUN, [e.id, *slot, e.locked_until, e.method, e.url])
-        run_id = cursor.fetchone()[0]
-        request = HttpRequest(
-            url=e.url,
-            method=e.method,
-            headers=json.loads(e.headers),
-            body=json.loads(e.body) if e.body else None,
-            timeout_ms=e.timeout_ms,
-            max_response_size_kb=e.max_response_size_kb,
-            hmac_secret=e.secret,
-        )
-        result = perform_request(request)
-        finished = timezone.now()
-        e.failure_count = 0 if result.status == "success" else e.failure_count + 1
-        plan = plan_next_run(started, EndpointSchedule.from_endpoint(e))
-        finish = [result.status, finished, int(result.duration_ms), result.status_code]
-        finish += [Jsonb(result.body), result.truncated, result.size_bytes, result.error or ""]
-        reschedule = [started, plan.next_run_at, plan.source, e.failure_count]
-        reschedule += [e.id, claim.claim_token, *read_planning]
-        with transaction.atomic() if one_transaction else nullcontext():
-            cursor.execute(FINISH_RUN, [*finish, run_id])
-            cursor.execute(RESCHEDULE, reschedule)
+    cursor.execute(READ, [claim.endpoint_id, claim.claim_token])
+    names = (*COLUMNS, "locked_until", *PLANNING, "secret")
+    e = SimpleNamespace(**dict(zip(names, cursor.fetchone(), strict=True)))
+    read_planning = [getattr(e, c) for c in PLANNING]
+    slot = [claim.trigger, claim.source, claim.scheduled_for, started, claim.claim_token]
+    cursor.execute(INSERT_RUN, [e.id, *slot, e.locked_until, e.method, e.url])
+    run_id = cursor.fetchone()[0]
+    request = HttpRequest(
+        url=e.url,
+        method=e.method,
+        headers=json.loads(e.headers),
+        body=json.loads(e.body) if e.body else None,
+        timeout_ms=e.timeout_ms,
+        max_response_size_kb=e.max_response_size_kb,
+        hmac_secret=e.secret,
+    )
+    result = perform_request(request)
+    finished = timezone.now()
+    e.failure_count = 0 if result.status == "success" else e.failure_count + 1
+    plan = plan_next_run(started, EndpointSchedule.from_endpoint(e))
+    finish = [result.status, finished, int(result.duration_ms), result.status_code]
+    finish += [Jsonb(result.body), result.truncated, result.size_bytes, result.error or ""]
+    reschedule = [started, plan.next_run_at, plan.source, e.failure_count]
+    reschedule += [e.id, claim.claim_token, *read_planning]
+    return [*finish, run_id], reschedule
 
 
 def main() -> None:
@@ -230,9 +270,13 @@ def main() -> None:
             claims = claim_all(args.n)
             rows.append(measure("what-if: raw SQL", claims, raw_run, args.threads))
             claims = claim_all(args.n)
-            one_tx = partial(raw_run, one_transaction=True)
+            one_tx = partial(raw_run, mode="one_tx")
             label = "what-if: raw SQL, finish+resched 1 tx"
             rows.append(measure(label, claims, one_tx, args.threads))
+            claims = claim_all(args.n)
+            batched = partial(raw_run, mode="batched")
+            label = f"what-if: raw SQL, finishes {WRITE_BATCH} per tx"
+            rows.append(measure(label, claims, batched, args.threads, flush_raw_writes))
 
     print(f"\none run sends {len(statements)} statements: {', '.join(statements)}\n")
     print_table(
