@@ -10,8 +10,6 @@ keep up). Scenarios, each in its own process and database:
 - ``runscheduler-sqlite`` and ``runscheduler-pg``: ``manage.py runscheduler``;
 - ``--chunks 1,10,50``: the Celery scenario again with that many claims per execute
   message (1 = one message per run), to show the per-message broker cost;
-- ``--keep-sqlite-connections``: runscheduler-sqlite again with connections kept between
-  runs (bench/whatif_settings.py), to show what reconnecting for every run costs.
 
 Baseline in the same run: the raw request rate of ``endpoints.executor.perform_request``
 against the same server on the same number of threads; each result is also given as a
@@ -30,15 +28,11 @@ from _scenario import Params, run_in_subprocess
 
 TARGET = 1000
 SCENARIOS = ("celery-pg", "runscheduler-sqlite", "runscheduler-pg")
-KEEP_CONNECTIONS = {"DJANGO_SETTINGS_MODULE": "bench.whatif_settings", "BENCH_CONN_MAX_AGE": "60"}
 
 
-def params_for(
-    name: str, args: argparse.Namespace, chunk: int | None = None, env: dict[str, str] | None = None
-) -> Params:
+def params_for(name: str, args: argparse.Namespace, chunk: int | None = None) -> Params:
     mode, database = name.split("-")
     label = name if chunk is None else f"{name} chunk={chunk}"
-    label = f"{label} kept connections" if env else label
     return Params(
         mode=mode,
         database="postgres" if database == "pg" else "sqlite",
@@ -51,7 +45,7 @@ def params_for(
         workers=args.workers,
         chunk_size=chunk,
         label=label,
-        extra_env=env or {},
+        extra_env={},
     )
 
 
@@ -83,15 +77,12 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=1)
     parser.add_argument("--only", default=",".join(SCENARIOS))
     parser.add_argument("--chunks", default="", help="e.g. 1,10,50: Celery chunk sizes")
-    parser.add_argument("--keep-sqlite-connections", action="store_true")
     args = parser.parse_args()
     if not (1 <= args.n <= 20_000 and 1 <= args.window <= 300 and 0 <= args.warmup <= 60):
         raise SystemExit("Keep --n within 1..20000, --window 1..300 s, --warmup 0..60 s.")
 
     plans = [params_for(name, args) for name in args.only.split(",") if name]
     plans += [params_for("celery-pg", args, int(c)) for c in args.chunks.split(",") if c]
-    if args.keep_sqlite_connections:
-        plans.append(params_for("runscheduler-sqlite", args, env=KEEP_CONNECTIONS))
     results = []
     for params in plans:
         print(f"{params.label}: {params.n} endpoints at 1 s ... (load {load()})", flush=True)

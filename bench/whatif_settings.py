@@ -7,8 +7,6 @@ chosen by environment variables (set by the scripts, never in production).
   late by the tick's own latency (beat, queue, claim, commit, publish). With a 0.5 s
   tick and the 1 s horizon every slot is claimed at least 0.5 s ahead; claims still
   start at their ``scheduled_for`` (the dispatcher holds them), so nothing runs early.
-- ``BENCH_CONN_MAX_AGE`` (throughput.py ``--keep-sqlite-connections``): SQLite
-  connections kept between runs, as on PostgreSQL, instead of ``CONN_MAX_AGE = 0``.
 
     DJANGO_SETTINGS_MODULE=bench.whatif_settings
 """
@@ -18,7 +16,7 @@ from __future__ import annotations
 import os
 
 from cronicorn_site.settings import *  # noqa: F403
-from cronicorn_site.settings import CELERY_BEAT_SCHEDULE, DATABASES
+from cronicorn_site.settings import CELERY_BEAT_SCHEDULE
 
 if tick := os.environ.get("BENCH_TICK_SECONDS"):
     CRONICORN_TICK_SECONDS = float(tick)
@@ -30,6 +28,3 @@ if tick := os.environ.get("BENCH_TICK_SECONDS"):
             "options": {"expires": CRONICORN_TICK_SECONDS},
         },
     }
-
-if age := os.environ.get("BENCH_CONN_MAX_AGE"):
-    DATABASES["default"]["CONN_MAX_AGE"] = int(age)
