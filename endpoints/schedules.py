@@ -185,9 +185,13 @@ def describe_delta(delta: timedelta) -> str:
     seconds = delta.total_seconds()
     future = seconds >= 0
     seconds = abs(seconds)
-    for size, unit in ((86_400, "day"), (3_600, "hour"), (60, "minute"), (1, "second")):
-        if seconds >= size or unit == "second":
-            count = int(seconds // size)
-            label = unit if count == 1 else f"{unit}s"
-            return f"in {count} {label}" if future else f"{count} {label} ago"
-    raise AssertionError("unreachable")
+    # The largest unit that fits; below a second it still reads "in 0 seconds".
+    size, unit = next(
+        ((size, unit) for size, unit in _DELTA_UNITS if seconds >= size), _DELTA_UNITS[-1]
+    )
+    count = int(seconds // size)
+    label = unit if count == 1 else f"{unit}s"
+    return f"in {count} {label}" if future else f"{count} {label} ago"
+
+
+_DELTA_UNITS = ((86_400, "day"), (3_600, "hour"), (60, "minute"), (1, "second"))
