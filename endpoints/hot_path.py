@@ -1,5 +1,5 @@
 """The four statements every run makes, in plain SQL: read the claimed endpoint, insert
-the Run, finish it, reschedule the endpoint.
+the Run, finish it, reschedule the endpoint (the last two for many runs at once).
 
 Why not the ORM here: measured on this machine, these four through the ORM cost about
 3 ms of CPU per run (query compilation and model building), which caps a worker process
@@ -11,12 +11,14 @@ serves PostgreSQL and SQLite. Everything else stays on the ORM.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, fields
 from datetime import UTC, datetime
 from functools import cache
 from typing import Any
 
+import psycopg
 from django.db import connection
 from django.db.models import DateTimeField, Field, JSONField, Model, UUIDField
 from django.utils.dateparse import parse_datetime
@@ -93,13 +95,11 @@ def load_endpoint(
     if claim_token is not None:
         sql += " AND e.claim_token = %s"
         params.append(_to_db(Endpoint, "claim_token", claim_token))
-    with connection.cursor() as cursor:
-        cursor.execute(sql, params)
-        row = cursor.fetchone()
-    if row is None:
+    rows = _fetch(sql, params)
+    if not rows:
         return None
     values = {
-        name: _from_db(Endpoint, name, value) for name, value in zip(_COLUMNS, row, strict=True)
+        name: _from_db(Endpoint, name, value) for name, value in zip(_COLUMNS, rows[0], strict=True)
     }
     return ClaimedEndpoint(**values)
 
@@ -112,39 +112,94 @@ def insert_run(values: Mapping[str, Any]) -> int:
         f"INSERT INTO endpoints_run ({', '.join(names)}) "  # noqa: S608 - names are our own
         f"VALUES ({', '.join(['%s'] * len(names))}) RETURNING id"
     )
-    with connection.cursor() as cursor:
-        cursor.execute(sql, [_to_db(Run, name, value) for name, value in values.items()])
-        return int(cursor.fetchone()[0])
+    return int(_fetch(sql, [_to_db(Run, name, value) for name, value in values.items()])[0][0])
 
 
-def finish_run(run_id: int, outcome: Mapping[str, Any]) -> bool:
-    """Write the outcome unless the run is no longer running (the sweep declared it lost)."""
-    assignments = ", ".join(f"{name} = %s" for name in outcome)
-    params = [_to_db(Run, name, value) for name, value in outcome.items()]
-    sql = f"UPDATE endpoints_run SET {assignments} WHERE id = %s AND status = %s"  # noqa: S608
-    with connection.cursor() as cursor:
-        cursor.execute(sql, [*params, run_id, RunStatus.RUNNING.value])
-        return cursor.rowcount == 1
+def finish_runs(finishes: Sequence[tuple[int, Mapping[str, Any]]]) -> list[bool]:
+    """Write each run's outcome unless it is no longer running (the sweep declared it
+    lost); True for each one written. All outcomes must have the same keys."""
+    if not finishes:
+        return []
+    names = list(finishes[0][1])
+    assignments = ", ".join(f"{name} = %s" for name in names)
+    sql = f"UPDATE endpoints_run SET {assignments} WHERE id = %s AND status = %s RETURNING id"  # noqa: S608
+    rows = [
+        [*(_to_db(Run, name, values[name]) for name in names), run_id, RunStatus.RUNNING.value]
+        for run_id, values in finishes
+    ]
+    return _each(sql, rows)
 
 
-def reschedule(
-    endpoint: ClaimedEndpoint, claim_token: uuid.UUID, values: Mapping[str, Any]
-) -> bool:
-    """Write ``values`` and release the lease, only if the claim is still ours and the
-    planning fields are as ``endpoint`` read them. True if it won."""
+def reschedule_all(
+    reschedules: Sequence[tuple[ClaimedEndpoint, uuid.UUID, Mapping[str, Any]]],
+) -> list[bool]:
+    """For each endpoint, write ``values`` and release the lease, only if the claim is
+    still ours and the planning fields are as ``endpoint`` read them; True for each one
+    that won. All ``values`` must have the same keys."""
+    if not reschedules:
+        return []
+    names = list(reschedules[0][2])
     same = "IS NOT DISTINCT FROM" if connection.vendor == "postgresql" else "IS"
-    assignments = ", ".join(f"{name} = %s" for name in values)
+    assignments = ", ".join(f"{name} = %s" for name in names)
     unchanged = " AND ".join(f"{name} {same} %s" for name in PLANNING_FIELDS)
     sql = (
         f"UPDATE endpoints_endpoint SET {assignments}, locked_until = NULL, claim_token = NULL"  # noqa: S608
-        f" WHERE id = %s AND claim_token = %s AND {unchanged}"
+        f" WHERE id = %s AND claim_token = %s AND {unchanged} RETURNING id"
     )
-    params = [_to_db(Endpoint, name, value) for name, value in values.items()]
-    params += [endpoint.pk, _to_db(Endpoint, "claim_token", claim_token)]
-    params += [_to_db(Endpoint, name, getattr(endpoint, name)) for name in PLANNING_FIELDS]
-    with connection.cursor() as cursor:
-        cursor.execute(sql, params)
-        return cursor.rowcount == 1
+    rows = [
+        [
+            *(_to_db(Endpoint, name, values[name]) for name in names),
+            endpoint.pk,
+            _to_db(Endpoint, "claim_token", claim_token),
+            *(_to_db(Endpoint, name, getattr(endpoint, name)) for name in PLANNING_FIELDS),
+        ]
+        for endpoint, claim_token, values in reschedules
+    ]
+    return _each(sql, rows)
+
+
+def _fetch(sql: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
+    """Run one statement and return its rows."""
+    with _cursor() as cursor:
+        if isinstance(cursor, psycopg.Cursor):
+            cursor.execute(sql, params, prepare=True)
+        else:
+            cursor.execute(sql, params)
+        return list(cursor.fetchall())
+
+
+def _each(sql: str, rows: list[list[Any]]) -> list[bool]:
+    """Run ``sql`` (an UPDATE ... RETURNING id) once per parameter row; True for each row
+    it updated. On PostgreSQL the statements travel pipelined, in one round trip."""
+    with _cursor() as cursor:
+        if isinstance(cursor, psycopg.Cursor):
+            cursor.executemany(sql, rows, returning=True)
+            updated = []
+            while True:
+                updated.append(cursor.fetchone() is not None)
+                if not cursor.nextset():
+                    return updated
+        updated = []
+        for row in rows:
+            cursor.execute(sql, row)
+            updated.append(bool(cursor.fetchall()))
+        return updated
+
+
+@contextmanager
+def _cursor() -> Iterator[Any]:
+    """On PostgreSQL, a server-side binding cursor on Django's connection (so in its
+    transaction, with its type loaders): the statements above are then prepared once per
+    connection. Measured here, planning the read's three-table join cost twice as much
+    server CPU as running it (0.25 → 0.08 ms per run; the insert 0.30 → 0.23 ms).
+    Elsewhere, Django's own cursor."""
+    if connection.vendor != "postgresql":
+        with connection.cursor() as cursor:
+            yield cursor
+        return
+    connection.ensure_connection()
+    with connection.wrap_database_errors, psycopg.Cursor(connection.connection) as cursor:
+        yield cursor
 
 
 def _to_db(model: type[Model], name: str, value: Any) -> Any:

@@ -18,7 +18,7 @@ from __future__ import annotations
 import logging
 import time
 import uuid
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
@@ -102,7 +102,12 @@ class Claim:
 
 
 def _log(
-    level: int, message: str, *, claim: Claim | None = None, exc: bool = False, **ids: Any
+    level: int,
+    message: str,
+    *,
+    claim: Claim | None = None,
+    exc: bool | BaseException = False,
+    **ids: Any,
 ) -> None:
     """Log with endpoint id, run id, claim token and source as ``extra`` fields, which the
     formatters (cronicorn_site.logs) print on every line."""
@@ -342,11 +347,38 @@ def tick(*, now: datetime | None = None) -> list[Claim]:
 # --- Execute and reschedule -----------------------------------------------------------
 
 
+@dataclass
+class Outcome:
+    """A run whose request is done and whose outcome is not written yet."""
+
+    endpoint: ClaimedEndpoint
+    claim: Claim
+    run: Run
+    started: datetime
+    finished: datetime
+    result: HttpResult
+
+
 def execute_claim(claim: Claim, *, policy: NetworkPolicy | None = None) -> Run | None:
     """Run one claim: record the Run, call the endpoint, finish the Run, reschedule.
 
     A stale or duplicate claim (its token no longer on the endpoint) does nothing and
     returns None. Errors stay inside this claim: they are logged and recorded on its Run.
+    """
+    called = call_claim(claim, policy=policy)
+    if isinstance(called, Outcome):
+        record_outcomes([called])
+        return called.run
+    return called
+
+
+def call_claim(claim: Claim, *, policy: NetworkPolicy | None = None) -> Outcome | Run | None:
+    """The first half of ``execute_claim``: record the Run and call the endpoint.
+
+    Returns the ``Outcome`` to hand to ``record_outcomes``; or the Run, already recorded,
+    when a scheduler error cut it short; or None for a stale claim (nothing done).
+    The dispatcher calls the halves separately so that it can write the outcomes of runs
+    finishing together in one transaction.
     """
     try:
         started = _wait_for_slot(claim.scheduled_for)
@@ -358,11 +390,77 @@ def execute_claim(claim: Claim, *, policy: NetworkPolicy | None = None) -> Run |
         _log(logging.ERROR, "could not start the run; the lease will expire", claim=claim, exc=True)
         return None
     try:
-        _perform_and_reschedule(endpoint, claim, run, started, policy)
+        # The executor's lines for this request carry the run's ids too.
+        with log_context(
+            endpoint_id=claim.endpoint_id,
+            claim_token=str(claim.claim_token),
+            run_id=run.pk,
+            source=claim.source,
+        ):
+            result = perform_request(_request_for(endpoint, endpoint.hmac_secret), policy=policy)
     except Exception as exc:
-        _log(logging.ERROR, "scheduler error during the run", claim=claim, run_id=run.pk, exc=True)
         _recover(endpoint, claim, run, started, exc)
-    return run
+        return run
+    return Outcome(endpoint, claim, run, started, timezone.now(), result)
+
+
+def record_outcomes(outcomes: Sequence[Outcome]) -> None:
+    """Finish the Runs and reschedule their endpoints, all in one transaction.
+
+    Each reschedule is conditional on its claim token and planning fields (see
+    ``_reschedule``); one that loses is re-read and planned again on its own. If the
+    transaction fails (a body the database refuses), each outcome is written on its own,
+    so one bad run never costs the others their records.
+    """
+    finishes, reschedules, broken = [], [], []
+    for outcome in outcomes:
+        finishes.append((outcome.run.pk, _finish_values(outcome)))
+        try:
+            values = _next_state(outcome, outcome.endpoint)
+        except Exception as exc:  # a schedule the governor cannot plan: recorded below
+            broken.append((outcome, exc))
+            continue
+        reschedules.append((outcome, values))
+    try:
+        with transaction.atomic():
+            finished = hot_path.finish_runs(finishes)
+            won = hot_path.reschedule_all(
+                [(o.endpoint, o.claim.claim_token, values) for o, values in reschedules]
+            )
+    except DatabaseError:
+        if len(outcomes) > 1:
+            for outcome in outcomes:
+                record_outcomes([outcome])
+            return
+        _record_alone(outcomes[0])
+        return
+    for outcome, updated in zip(outcomes, finished, strict=True):
+        _log_finish(outcome, updated)
+    for (outcome, values), ok in zip(reschedules, won, strict=True):
+        if ok:
+            _log_rescheduled(outcome.claim, values)
+        else:
+            _reschedule_after_conflict(outcome)
+    for outcome, error in broken:
+        _recover(outcome.endpoint, outcome.claim, outcome.run, outcome.started, error)
+
+
+def _record_alone(outcome: Outcome) -> None:
+    """One outcome the batch could not write: the Run without its body if the database
+    refuses the body, then the reschedule; any other error is recorded by ``_recover``."""
+    try:
+        values = _finish_values(outcome)
+        try:
+            with _statement_guard():
+                updated = hot_path.finish_runs([(outcome.run.pk, values)])[0]
+        except DatabaseError as exc:  # e.g. a NUL character, which PostgreSQL's jsonb refuses
+            values["response_body"] = None
+            values["error"] = f"{values['error']} (the response body could not be stored: {exc})"
+            updated = hot_path.finish_runs([(outcome.run.pk, values)])[0]
+        _log_finish(outcome, updated)
+        _reschedule(outcome, outcome.endpoint)
+    except Exception as exc:
+        _recover(outcome.endpoint, outcome.claim, outcome.run, outcome.started, exc)
 
 
 def _wait_for_slot(scheduled_for: datetime) -> datetime:
@@ -488,22 +586,6 @@ def _mark_lost(run: Run, now: datetime, why: str) -> None:
     )
 
 
-def _perform_and_reschedule(
-    endpoint: ClaimedEndpoint,
-    claim: Claim,
-    run: Run,
-    started: datetime,
-    policy: NetworkPolicy | None,
-) -> None:
-    ids = {"endpoint_id": claim.endpoint_id, "claim_token": str(claim.claim_token)}
-    # The executor's lines for this request carry the run's ids too.
-    with log_context(**ids, run_id=run.pk, source=claim.source):
-        result = perform_request(_request_for(endpoint, endpoint.hmac_secret), policy=policy)
-    finished = timezone.now()
-    _finish_run(run, result, finished, claim)
-    _reschedule(endpoint, claim, started, finished, succeeded=result.status == "success")
-
-
 def _request_for(endpoint: ClaimedEndpoint | Endpoint, hmac_secret: str) -> HttpRequest:
     return HttpRequest(
         url=endpoint.url,
@@ -516,12 +598,12 @@ def _request_for(endpoint: ClaimedEndpoint | Endpoint, hmac_secret: str) -> Http
     )
 
 
-def _finish_run(run: Run, result: HttpResult, finished: datetime, claim: Claim) -> None:
-    """Write the outcome onto the Run, unless the sweep already declared it lost."""
-    status = RESULT_STATUS.get(result.status, RunStatus.FAILURE)
-    outcome: dict[str, Any] = {
-        "status": status,
-        "finished_at": finished,
+def _finish_values(outcome: Outcome) -> dict[str, Any]:
+    """The Run's outcome columns."""
+    result = outcome.result
+    return {
+        "status": RESULT_STATUS.get(result.status, RunStatus.FAILURE),
+        "finished_at": outcome.finished,
         "duration_ms": max(int(result.duration_ms), 0),
         "status_code": result.status_code,
         "response_body": result.body,
@@ -529,27 +611,29 @@ def _finish_run(run: Run, result: HttpResult, finished: datetime, claim: Claim) 
         "response_size_bytes": result.size_bytes,
         "error": result.error or "",
     }
-    try:
-        with _statement_guard():
-            updated = hot_path.finish_run(run.pk, outcome)
-    except DatabaseError as exc:  # e.g. a NUL character, which PostgreSQL's jsonb refuses
-        outcome["response_body"] = None
-        outcome["error"] = f"{outcome['error']} (the response body could not be stored: {exc})"
-        updated = hot_path.finish_run(run.pk, outcome)
+
+
+def _log_finish(outcome: Outcome, updated: bool) -> None:
+    """Count and log a finished run; ``updated`` is False if the sweep had declared it lost."""
+    status = RESULT_STATUS.get(outcome.result.status, RunStatus.FAILURE)
     if updated:
-        metrics.record_run(run, status=status, duration_ms=outcome["duration_ms"])
+        duration_ms = max(int(outcome.result.duration_ms), 0)
+        metrics.record_run(outcome.run, status=status, duration_ms=duration_ms)
     level = logging.DEBUG if status == RunStatus.SUCCESS else logging.INFO
     if not updated:
         level = logging.WARNING
     word = status if updated else f"{status} after it was declared lost (kept lost)"
-    _log(level, f"run {word} in {result.duration_ms} ms", claim=claim, run_id=run.pk)
+    duration = outcome.result.duration_ms
+    _log(level, f"run {word} in {duration} ms", claim=outcome.claim, run_id=outcome.run.pk)
 
 
 def _recover(
     endpoint: ClaimedEndpoint, claim: Claim, run: Run, started: datetime, exc: Exception
 ) -> None:
-    """Record the error on the run and try again later, so one broken endpoint (a corrupt
-    schedule, a body the database refuses) neither loops nor holds its lease."""
+    """Log and record the error on the run and try again later, so one broken endpoint (a
+    corrupt schedule, a body the database refuses) neither loops nor holds its lease.
+    The log line carries ``exc``'s traceback."""
+    _log(logging.ERROR, "scheduler error during the run", claim=claim, run_id=run.pk, exc=exc)
     now = timezone.now()
     note = f"Scheduler error: {type(exc).__name__}: {exc}"
     try:
@@ -568,39 +652,52 @@ def _recover(
         _log(logging.ERROR, "could not record the error", claim=claim, run_id=run.pk, exc=True)
 
 
-def _reschedule(
-    endpoint: ClaimedEndpoint,
-    claim: Claim,
-    started: datetime,
-    finished: datetime,
-    *,
-    succeeded: bool,
-) -> bool:
+def _reschedule(outcome: Outcome, endpoint: ClaimedEndpoint) -> bool:
     """DESIGN step 4 in one conditional update on our claim token, which releases the lease.
 
-    Returns False when the lease was lost: the run is kept, the endpoint left alone.
+    A person may change the schedule, hints or pause while the run is in flight; the
+    update only wins if those are as ``endpoint`` read them, otherwise it re-reads and
+    plans again. Returns False when the lease was lost: the run is kept, the endpoint
+    left alone.
     """
     for _attempt in range(3):
-        values = _next_state(endpoint, started, finished, succeeded=succeeded)
-        # A person may change the schedule, hints or pause while the run is in flight;
-        # the update only wins if those are as read, otherwise re-read and plan again.
-        if hot_path.reschedule(endpoint, claim.claim_token, {"last_run_at": started, **values}):
-            when, why = values["next_run_at"], values["next_run_source"]
-            _log(logging.DEBUG, f"rescheduled for {when:%Y-%m-%d %H:%M:%S}Z ({why})", claim=claim)
+        values = _next_state(outcome, endpoint)
+        if hot_path.reschedule_all([(endpoint, outcome.claim.claim_token, values)])[0]:
+            _log_rescheduled(outcome.claim, values)
             return True
-        fresh = hot_path.load_endpoint(endpoint.pk)
-        if fresh is None or fresh.claim_token != claim.claim_token:
-            _log(logging.WARNING, "lease lost; run kept, endpoint not rescheduled", claim=claim)
+        fresh = _reread_own(outcome.claim)
+        if fresh is None:
             return False
         endpoint = fresh
-    _log(logging.ERROR, "endpoint kept changing; left for the lease to expire", claim=claim)
+    _log(logging.ERROR, "endpoint kept changing; left for the lease to expire", claim=outcome.claim)
     return False
 
 
-def _next_state(
-    endpoint: ClaimedEndpoint, started: datetime, finished: datetime, *, succeeded: bool
-) -> dict[str, Any]:
-    failure_count = 0 if succeeded else endpoint.failure_count + 1
+def _reschedule_after_conflict(outcome: Outcome) -> bool:
+    """A batched reschedule that lost: plan again from the endpoint as it is now."""
+    fresh = _reread_own(outcome.claim)
+    return fresh is not None and _reschedule(outcome, fresh)
+
+
+def _reread_own(claim: Claim) -> ClaimedEndpoint | None:
+    """The endpoint as it is now, or None (logged) if our claim is no longer on it."""
+    fresh = hot_path.load_endpoint(claim.endpoint_id)
+    if fresh is None or fresh.claim_token != claim.claim_token:
+        _log(logging.WARNING, "lease lost; run kept, endpoint not rescheduled", claim=claim)
+        return None
+    return fresh
+
+
+def _log_rescheduled(claim: Claim, values: Mapping[str, Any]) -> None:
+    if logger.isEnabledFor(logging.DEBUG):
+        when, why = values["next_run_at"], values["next_run_source"]
+        _log(logging.DEBUG, f"rescheduled for {when:%Y-%m-%d %H:%M:%S}Z ({why})", claim=claim)
+
+
+def _next_state(outcome: Outcome, endpoint: ClaimedEndpoint) -> dict[str, Any]:
+    """What the endpoint becomes after ``outcome``: failure count, hints, next run."""
+    started, finished = outcome.started, outcome.finished
+    failure_count = 0 if outcome.result.status == "success" else endpoint.failure_count + 1
     hints = _hints_after_run(endpoint, started)
     schedule = replace(
         EndpointSchedule.from_endpoint(endpoint),
@@ -613,6 +710,7 @@ def _next_state(
     if plan.next_run_at <= finished:
         plan = plan_next_run(finished, schedule)
     return {
+        "last_run_at": started,
         "next_run_at": plan.next_run_at,
         "next_run_source": plan.source,
         "failure_count": failure_count,

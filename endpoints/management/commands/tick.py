@@ -6,10 +6,9 @@ from typing import Any
 
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandParser
-from django.db import connection
 from django.utils import timezone
 
-from endpoints.dispatch import ClaimDispatcher, run_claim
+from endpoints.dispatch import ClaimDispatcher
 from endpoints.management.commands._shared import to_json
 from endpoints.management.commands.runs import as_json
 from endpoints.models import Run
@@ -45,17 +44,11 @@ def execute_all(claims: list[Claim]) -> list[Run]:
     if not claims:
         return []
     threads = min(len(claims), settings.CRONICORN_EXECUTOR_THREADS)
-    dispatcher = ClaimDispatcher(threads=threads, execute=_run_and_close)
+    dispatcher = ClaimDispatcher(threads=threads)
     futures = [dispatcher.submit(claim) for claim in claims]
     started = [run.pk for run in (future.result() for future in futures) if run is not None]
-    dispatcher.shutdown(timeout=0)
+    # Every run is written; the threads only have to close their connections and exit.
+    dispatcher.shutdown(timeout=10)
     # execute_claim hands back the Run as it started; read how each one finished.
     finished = Run.objects.filter(pk__in=started).select_related("endpoint__job")
     return list(finished.order_by("endpoint__job__name", "endpoint__name", "pk"))
-
-
-def _run_and_close(claim: Claim) -> Run | None:
-    try:
-        return run_claim(claim)
-    finally:
-        connection.close()  # this pool lives for one command: do not leave its connections
