@@ -95,7 +95,7 @@ def load_endpoint(
     if claim_token is not None:
         sql += " AND e.claim_token = %s"
         params.append(_to_db(Endpoint, "claim_token", claim_token))
-    rows = _fetch(sql, params)
+    rows = fetch(sql, params)
     if not rows:
         return None
     values = {
@@ -112,7 +112,7 @@ def insert_run(values: Mapping[str, Any]) -> int:
         f"INSERT INTO endpoints_run ({', '.join(names)}) "  # noqa: S608 - names are our own
         f"VALUES ({', '.join(['%s'] * len(names))}) RETURNING id"
     )
-    return int(_fetch(sql, [_to_db(Run, name, value) for name, value in values.items()])[0][0])
+    return int(fetch(sql, [_to_db(Run, name, value) for name, value in values.items()])[0][0])
 
 
 def finish_runs(finishes: Sequence[tuple[int, Mapping[str, Any]]]) -> list[bool]:
@@ -158,14 +158,21 @@ def reschedule_all(
     return _each(sql, rows)
 
 
-def _fetch(sql: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
-    """Run one statement and return its rows."""
+def fetch(
+    sql: str, params: Sequence[Any] | Mapping[str, Any], *, prepare: bool = True
+) -> list[Any]:
+    """Run one statement and return its rows.
+
+    On PostgreSQL the rows come in binary, so times, UUIDs and JSON are decoded by
+    psycopg's C loaders rather than Django's Python timestamp loader (≈ 4 µs per value,
+    which alone was ≈ 4 ms of a 1 000-row claim).
+    """
     with _cursor() as cursor:
         if isinstance(cursor, psycopg.Cursor):
-            cursor.execute(sql, params, prepare=True)
+            cursor.execute(sql, params, prepare=prepare, binary=True)
         else:
             cursor.execute(sql, params)
-        return list(cursor.fetchall())
+        return list(cursor.fetchall()) if cursor.description else []
 
 
 def _each(sql: str, rows: list[list[Any]]) -> list[bool]:
@@ -224,6 +231,8 @@ def _from_db(model: type[Model], name: str, value: Any) -> Any:
         parsed = parse_datetime(value) if isinstance(value, str) else value
         return parsed.replace(tzinfo=UTC) if parsed and parsed.tzinfo is None else parsed
     if isinstance(field, JSONField):
+        if not isinstance(value, str):  # already decoded (PostgreSQL's binary rows)
+            return value
         return field.from_db_value(value, None, connection)  # type: ignore[arg-type]
     if isinstance(field, UUIDField) and not isinstance(value, uuid.UUID):
         return uuid.UUID(str(value))

@@ -237,24 +237,21 @@ def claim_due_endpoints(*, now: datetime, limit: int, horizon_ms: int) -> list[C
 
 
 def _claim_postgresql(params: dict[str, Any]) -> list[tuple[Any, ...]]:
-    with connection.cursor() as cursor:
-        _release_expired_postgresql(cursor, params["now"])
-        cursor.execute(_PG_LOCK_LIMITED_JOBS, params)
-        jobs = [row[0] for row in cursor.fetchall()]
-        rows: list[tuple[Any, ...]] = []
-        if jobs:
-            cursor.execute(_PG_CLAIM_LIMITED, {**params, "jobs": jobs})
-            rows = list(cursor.fetchall())
-        remaining = params["limit"] - len(rows)
-        if remaining > 0:
-            cursor.execute(_PG_CLAIM_UNLIMITED, {**params, "limit": remaining})
-            rows.extend(cursor.fetchall())
+    # Once per tick: not worth preparing, and a generic plan could miss the partial index.
+    _release_expired_postgresql(params["now"])
+    jobs = [row[0] for row in hot_path.fetch(_PG_LOCK_LIMITED_JOBS, params, prepare=False)]
+    rows: list[tuple[Any, ...]] = []
+    if jobs:
+        rows = hot_path.fetch(_PG_CLAIM_LIMITED, {**params, "jobs": jobs}, prepare=False)
+    remaining = params["limit"] - len(rows)
+    if remaining > 0:
+        unlimited = {**params, "limit": remaining}
+        rows += hot_path.fetch(_PG_CLAIM_UNLIMITED, unlimited, prepare=False)
     return rows
 
 
-def _release_expired_postgresql(cursor: Any, now: datetime) -> None:
-    cursor.execute(_PG_RELEASE_EXPIRED, {"now": now})
-    for (endpoint_id,) in cursor.fetchall():
+def _release_expired_postgresql(now: datetime) -> None:
+    for (endpoint_id,) in hot_path.fetch(_PG_RELEASE_EXPIRED, {"now": now}, prepare=False):
         _log(logging.WARNING, "lease expired; released for a retry", endpoint_id=endpoint_id)
 
 
@@ -751,8 +748,7 @@ def sweep_zombies(*, now: datetime) -> int:
     )
     with transaction.atomic():
         if connection.vendor == "postgresql":
-            with connection.cursor() as cursor:
-                _release_expired_postgresql(cursor, now)
+            _release_expired_postgresql(now)
         else:
             Endpoint.objects.filter(claim_token__isnull=False, locked_until__lte=now).update(
                 claim_token=None, locked_until=None
