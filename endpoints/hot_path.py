@@ -177,20 +177,16 @@ def fetch(
 
 def _each(sql: str, rows: list[list[Any]]) -> list[bool]:
     """Run ``sql`` (an UPDATE ... RETURNING id) once per parameter row; True for each row
-    it updated. On PostgreSQL the statements travel pipelined, in one round trip."""
+    it updated. On PostgreSQL several rows travel pipelined, in one round trip."""
     with _cursor() as cursor:
-        if isinstance(cursor, psycopg.Cursor):
+        if isinstance(cursor, psycopg.Cursor) and len(rows) > 1:
             cursor.executemany(sql, rows, returning=True)
             updated = []
             while True:
                 updated.append(cursor.fetchone() is not None)
                 if not cursor.nextset():
                     return updated
-        updated = []
-        for row in rows:
-            cursor.execute(sql, row)
-            updated.append(bool(cursor.fetchall()))
-        return updated
+    return [bool(fetch(sql, row)) for row in rows]
 
 
 @contextmanager

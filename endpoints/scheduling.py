@@ -402,13 +402,16 @@ def call_claim(claim: Claim, *, policy: NetworkPolicy | None = None) -> Outcome 
 
 
 def record_outcomes(outcomes: Sequence[Outcome]) -> None:
-    """Finish the Runs and reschedule their endpoints, all in one transaction.
+    """Finish the Runs and reschedule their endpoints; several outcomes in one transaction.
 
     Each reschedule is conditional on its claim token and planning fields (see
     ``_reschedule``); one that loses is re-read and planned again on its own. If the
     transaction fails (a body the database refuses), each outcome is written on its own,
     so one bad run never costs the others their records.
     """
+    if len(outcomes) == 1:
+        _record_alone(outcomes[0])  # two statements; a transaction would double the trips
+        return
     finishes, reschedules, broken = [], [], []
     for outcome in outcomes:
         finishes.append((outcome.run.pk, _finish_values(outcome)))
@@ -425,26 +428,26 @@ def record_outcomes(outcomes: Sequence[Outcome]) -> None:
                 [(o.endpoint, o.claim.claim_token, values) for o, values in reschedules]
             )
     except DatabaseError:
-        if len(outcomes) > 1:
-            for outcome in outcomes:
-                record_outcomes([outcome])
-            return
-        _record_alone(outcomes[0])
+        for outcome in outcomes:
+            _record_alone(outcome)
         return
     for outcome, updated in zip(outcomes, finished, strict=True):
         _log_finish(outcome, updated)
     for (outcome, values), ok in zip(reschedules, won, strict=True):
         if ok:
             _log_rescheduled(outcome.claim, values)
-        else:
+            continue
+        try:
             _reschedule_after_conflict(outcome)
+        except Exception as exc:
+            broken.append((outcome, exc))
     for outcome, error in broken:
         _recover(outcome.endpoint, outcome.claim, outcome.run, outcome.started, error)
 
 
 def _record_alone(outcome: Outcome) -> None:
-    """One outcome the batch could not write: the Run without its body if the database
-    refuses the body, then the reschedule; any other error is recorded by ``_recover``."""
+    """One outcome on its own: the Run (without its body if the database refuses the
+    body), then the reschedule; any other error is recorded by ``_recover``."""
     try:
         values = _finish_values(outcome)
         try:
