@@ -90,7 +90,10 @@ class Recorder:
             return {pk for batch in self.batches for pk in batch}
 
 
-def test_outcomes_finishing_together_share_one_write_and_resolve_after_it() -> None:
+def test_outcomes_finishing_together_share_one_write_and_resolve_after_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(dispatch, "WRITE_LINGER", 0.5)  # room for a slow CI machine
     recorder = Recorder()
     early: list[int] = []  # futures that resolved before their run was written
     everyone_called = threading.Barrier(4)
