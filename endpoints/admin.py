@@ -539,7 +539,8 @@ class RunAdmin(RecordAdmin):
                            "retry_link")}),
         ("Request", {"fields": ("request_made",)}),
         ("Timings", {"fields": ("scheduled", "started", "finished", "duration", "lateness")}),
-        ("Response", {"fields": ("status_code", "response_size", "response_pretty")}),
+        ("Response", {"fields": ("status_code", "response_size", "headers_shown",
+                                 "response_pretty")}),
         ("Error", {"fields": ("error",)}),
     )  # fmt: skip
     readonly_fields = (
@@ -557,6 +558,7 @@ class RunAdmin(RecordAdmin):
         "lateness",
         "status_code",
         "response_size",
+        "headers_shown",
         "response_pretty",
         "error",
     )
@@ -606,6 +608,12 @@ class RunAdmin(RecordAdmin):
             return "—"
         truncated = " (truncated at the size cap)" if obj.response_truncated else ""
         return f"{obj.response_size_bytes:,} bytes{truncated}"
+
+    @admin.display(description="headers kept")
+    def headers_shown(self, obj: Run) -> SafeString | str:
+        if not obj.response_headers:
+            return "—"
+        return pretty_json(obj.response_headers)
 
     @admin.display(description="body")
     def response_pretty(self, obj: Run) -> SafeString:

@@ -97,6 +97,21 @@ class NetworkPolicy:
         )
 
 
+# The response headers a Run keeps: what a planner can act on (a rate limit's wait and
+# budget) and the body's type. Never cookies, credentials or anything else.
+KEPT_RESPONSE_HEADERS = (
+    "retry-after",
+    "ratelimit-limit",
+    "ratelimit-remaining",
+    "ratelimit-reset",
+    "x-ratelimit-limit",
+    "x-ratelimit-remaining",
+    "x-ratelimit-reset",
+    "content-type",
+)
+KEPT_HEADER_CHARS = 200
+
+
 @dataclass(frozen=True)
 class HttpResult:
     status: RunStatus  # the Run.Status value
@@ -107,6 +122,7 @@ class HttpResult:
     duration_ms: int
     error: str  # "" on success, otherwise a message naming the failure kind
     final_url: str
+    headers: dict[str, str] = field(default_factory=dict)  # KEPT_RESPONSE_HEADERS found
 
 
 class ExecutorError(Exception):
@@ -588,6 +604,11 @@ def _read_result(
         duration_ms=0,
         error="" if ok else _http_error(response.status),
         final_url=progress.url,
+        headers={
+            name: headers[name][:KEPT_HEADER_CHARS]
+            for name in KEPT_RESPONSE_HEADERS
+            if name in headers
+        },
     )
 
 

@@ -551,6 +551,7 @@ def _start_run(endpoint: ClaimedEndpoint, claim: Claim, started: datetime) -> Ru
         "request_url": endpoint.url,
         "attempt": 1,
         "response_truncated": False,
+        "response_headers": {},
         "error": "",
     }
     previous = None
@@ -609,6 +610,7 @@ def _finish_values(outcome: Outcome) -> dict[str, Any]:
         "response_body": result.body,
         "response_truncated": result.truncated,
         "response_size_bytes": result.size_bytes,
+        "response_headers": result.headers,
         "error": result.error or "",
     }
 
@@ -895,6 +897,7 @@ def test_endpoint(endpoint: Endpoint, *, now: datetime | None = None) -> Run:
         response_body=result.body,
         response_truncated=result.truncated,
         response_size_bytes=result.size_bytes,
+        response_headers=result.headers,
         error=result.error or "",
     )
     run.refresh_from_db()

@@ -475,6 +475,8 @@ def describe_run(run: Run) -> dict[str, Any]:
         "statusCode": run.status_code,
         "durationMs": run.duration_ms,
     }
+    if run.response_headers:
+        described["responseHeaders"] = run.response_headers  # rate limits, Content-Type
     if run.error:
         described["error"] = run.error[:ERROR_PREVIEW_CHARS]
     if cut or run.response_truncated:

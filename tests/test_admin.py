@@ -532,6 +532,16 @@ def test_a_run_page_shows_the_request_pretty_json_timings_and_error(world: World
     assert 'name="_save"' not in text  # records are read-only
 
 
+def test_a_run_page_shows_the_headers_it_kept(world: World) -> None:
+    Run.objects.filter(pk=world.a.run.pk).update(response_headers={"retry-after": "120"})
+    page = reverse("admin:endpoints_run_change", args=[world.a.run.pk])
+
+    text = world.client_for(world.alice).get(page).content.decode()
+
+    assert "headers kept" in text.lower()
+    assert "&quot;retry-after&quot;: &quot;120&quot;" in text
+
+
 def test_runs_are_filtered_by_status_trigger_source_endpoint_and_date(world: World) -> None:
     other = world.add_endpoint(world.a.job, "alpha-other")
     world.add_run(other, status=RunStatus.SUCCESS, trigger=RunTrigger.TEST, source="manual")

@@ -175,7 +175,14 @@ def test_runs_json_lists_each_run_with_stable_fields(
     make_endpoint: Callable[..., Endpoint],
 ) -> None:
     endpoint = make_endpoint(name="api")
-    first = add_run(endpoint, 2, status="failure", status_code=500, error="HTTP 500")
+    first = add_run(
+        endpoint,
+        2,
+        status="failure",
+        status_code=500,
+        error="HTTP 500",
+        response_headers={"retry-after": "30"},
+    )
     add_run(endpoint, 1)
 
     items = run_json("runs", str(endpoint.pk))
@@ -194,6 +201,7 @@ def test_runs_json_lists_each_run_with_stable_fields(
         "status_code": 500,
         "response_size_bytes": None,
         "response_truncated": False,
+        "response_headers": {"retry-after": "30"},
         "error": "HTTP 500",
         "attempt": 1,
     }

@@ -187,6 +187,28 @@ def test_a_non_2xx_status_is_a_failure_naming_the_status_and_keeping_the_body(
     assert result.body == {"status": "critical"}
 
 
+def test_only_the_rate_limit_headers_and_content_type_are_kept(server: HTTPServer) -> None:
+    headers = {
+        "Retry-After": "120",
+        "RateLimit-Remaining": "0",
+        "X-RateLimit-Reset": "9" * 500,
+        "Set-Cookie": "session=secret",
+        "Authorization": "Bearer leaked",
+        "X-Other": "1",
+    }
+    server.expect_request("/limited").respond_with_json({}, status=429, headers=headers)
+
+    result = call(server.url_for("/limited"))
+
+    assert result.headers == {
+        "retry-after": "120",
+        "ratelimit-remaining": "0",
+        "x-ratelimit-reset": "9" * 200,
+        "content-type": "application/json",
+    }
+    assert call("http://127.0.0.1:9/").headers == {}  # no answer, no headers
+
+
 def test_invalid_json_with_a_json_content_type_is_kept_as_text_without_failing(
     server: HTTPServer,
 ) -> None:

@@ -15,7 +15,7 @@ from werkzeug import Request, Response
 
 from endpoints import scheduling
 from endpoints.executor import NetworkPolicy
-from endpoints.models import Endpoint, HintHistory, HintKind
+from endpoints.models import Endpoint, HintHistory, HintKind, Run
 from planner.analysis import plan_cycle
 from planner.backends.rules import (
     Observation,
@@ -101,8 +101,23 @@ def test_queue_depth_trends_read_newest_first(depths: tuple[int, ...], trend: st
     ],
 )
 def test_retry_after_comes_from_the_body_or_a_default(body: Any, seconds: int) -> None:
-    wait, _ = retry_after(body, NOW)
+    wait, _ = retry_after({}, body, NOW)
     assert wait == timedelta(seconds=seconds)
+
+
+@pytest.mark.parametrize(
+    ("header", "seconds", "source"),
+    [
+        ("120", 120, "Retry-After header"),
+        ("Sun, 22 Nov 2026 12:03:00 GMT", 180, "Retry-After header"),
+        ("soon", 30, "retry_after"),  # unreadable: the body's value is used
+        ("Sun, 22 Nov 2026 11:00:00 GMT", 30, "retry_after"),  # already past
+    ],
+)
+def test_the_retry_after_header_wins_over_the_body(header: str, seconds: int, source: str) -> None:
+    wait, said = retry_after({"retry-after": header}, {"retry_after": 30}, NOW)
+    assert wait == timedelta(seconds=seconds)
+    assert f"({source})" in said
 
 
 # Decisions.
@@ -257,17 +272,23 @@ BASELINE = 20 * MINUTE
 
 @dataclass
 class Scenario:
-    """Serves ``answer(request_index, minute)`` and drives scheduler + planner."""
+    """Serves ``answer(request_index, minute)`` (status, body and optionally headers) and
+    drives scheduler + planner."""
 
     endpoint: Endpoint
-    answer: Callable[[int, int], tuple[int, Any]]
+    answer: Callable[[int, int], tuple[Any, ...]]
     minute: int = 0
     served: int = 0
 
     def respond(self, request: Request) -> Response:
-        status, body = self.answer(self.served, self.minute)
+        status, body, *headers = self.answer(self.served, self.minute)
         self.served += 1
-        return Response(json.dumps(body), status=status, content_type="application/json")
+        return Response(
+            json.dumps(body),
+            status=status,
+            content_type="application/json",
+            headers=headers[0] if headers else None,
+        )
 
     def run(self, *, until: int, step: int = 5) -> list[int]:
         """Minutes (after NOW) at which the endpoint ran, planning every ``step`` minutes."""
@@ -371,6 +392,27 @@ def test_a_429_with_retry_after_pauses_until_then_and_runs_right_after(
     pause = HintHistory.objects.get(endpoint=watched.endpoint)
     assert pause.paused_until == NOW + timedelta(minutes=10)
     assert "HTTP 429 asks to retry after 600 s (retry_after_seconds)" in pause.reason
+
+
+def test_a_429_whose_retry_after_is_a_header_pauses_for_that_long(
+    scenario: Callable[..., Scenario],
+) -> None:
+    def limited(index: int, minute: int) -> tuple[Any, ...]:
+        if index == 0:
+            headers = {"Retry-After": "900", "Set-Cookie": "session=secret"}
+            return 429, {"error": "rate limited"}, headers
+        return 200, {"status": "healthy"}
+
+    watched = scenario(limited)
+
+    ran = watched.run(until=20)
+
+    assert ran == [0, 15]
+    pause = HintHistory.objects.get(endpoint=watched.endpoint)
+    assert pause.paused_until == NOW + timedelta(minutes=15)
+    assert "HTTP 429 asks to retry after 900 s (Retry-After header)" in pause.reason
+    first = Run.objects.filter(endpoint=watched.endpoint).earliest("started_at")
+    assert first.response_headers == {"retry-after": "900", "content-type": "application/json"}
 
 
 def test_the_planners_pause_is_lifted_when_a_test_run_answers_normally(

@@ -5,9 +5,9 @@ most one action; ``analyze`` gathers that input from the database and carries th
 out through the same tools the LLM uses, so both backends record the same sessions.
 
 The rules, first match wins:
-1. The latest answer is 429/503: pause until its Retry-After (body keys ``retry_after``,
-   ``retry_after_seconds``, ``retryAfter``; seconds or a time), a default without one,
-   never longer than an hour.
+1. The latest answer is 429/503: pause until its Retry-After (the response header,
+   else body keys ``retry_after``, ``retry_after_seconds``, ``retryAfter``; seconds or a
+   time), a default without one, never longer than an hour.
 2. A pause the planner wrote is still on but the endpoint no longer rate-limits: resume.
 3. The latest run failed otherwise: leave it to the baseline's failure backoff (and
    clear a planner interval hint, which would override that backoff).
@@ -24,6 +24,7 @@ from __future__ import annotations
 import email.utils
 import math
 import statistics
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from itertools import pairwise
@@ -66,6 +67,7 @@ class Observation:
     body: Any
     at: datetime
     succeeded: bool = True
+    headers: Mapping[str, str] = field(default_factory=dict)  # as kept on the Run
 
 
 @dataclass(frozen=True)
@@ -118,7 +120,7 @@ def decide(data: RulesInput) -> Verdict:
 
 
 def _rate_limited(data: RulesInput, latest: Observation) -> Verdict:
-    wait, source = retry_after(latest.body, latest.at)
+    wait, source = retry_after(latest.headers, latest.body, latest.at)
     capped = min(wait, MAX_RATE_LIMIT_PAUSE)
     until = latest.at + capped
     said = f"HTTP {latest.status_code} {source}"
@@ -149,8 +151,12 @@ def _failing(data: RulesInput, latest: Observation) -> Verdict:
     return Verdict(f"{why}: the baseline and its failure backoff apply.")
 
 
-def retry_after(body: Any, at: datetime) -> tuple[timedelta, str]:
-    """How long a rate-limited answer asks us to wait, and where that came from."""
+def retry_after(headers: Mapping[str, str], body: Any, at: datetime) -> tuple[timedelta, str]:
+    """How long a rate-limited answer asks us to wait, and where that came from: the
+    Retry-After header (RFC 9110: seconds or an HTTP date), else the body."""
+    wait = _wait_from(headers.get("retry-after"), at)
+    if wait is not None:
+        return wait, f"asks to retry after {_seconds(wait)} (Retry-After header)"
     if isinstance(body, dict):
         for key in RETRY_AFTER_KEYS:
             wait = _wait_from(body.get(key), at)
@@ -336,6 +342,7 @@ def gather(endpoint: Endpoint, now: datetime) -> RulesInput:
             run.response_body,
             run.finished_at or run.started_at,
             succeeded=run.status == RunStatus.SUCCESS,
+            headers=run.response_headers or {},
         )
         for run in runs
     )

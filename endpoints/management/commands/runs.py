@@ -80,6 +80,7 @@ def as_json(run: Run) -> dict[str, Any]:
         "status_code": run.status_code,
         "response_size_bytes": run.response_size_bytes,
         "response_truncated": run.response_truncated,
+        "response_headers": run.response_headers,
         "error": run.error,
         "attempt": run.attempt,
     }
