@@ -503,8 +503,9 @@ class Run(models.Model):
     response_body = models.JSONField(null=True, blank=True)
     response_truncated = models.BooleanField(default=False)
     response_size_bytes = models.PositiveIntegerField(null=True, blank=True)
-    # Only the rate-limit headers and Content-Type (executor.KEPT_RESPONSE_HEADERS).
-    response_headers = models.JSONField(default=dict, blank=True)
+    # Only the rate-limit headers and Content-Type (executor.KEPT_RESPONSE_HEADERS); NULL
+    # when there were none (or no answer), so rows written by raw SQL need not name it.
+    response_headers = models.JSONField(null=True, blank=True)
     error = models.TextField(blank=True)
     attempt = models.PositiveSmallIntegerField(default=1)
     retry_of = models.ForeignKey(

@@ -551,7 +551,6 @@ def _start_run(endpoint: ClaimedEndpoint, claim: Claim, started: datetime) -> Ru
         "request_url": endpoint.url,
         "attempt": 1,
         "response_truncated": False,
-        "response_headers": {},
         "error": "",
     }
     previous = None
@@ -610,7 +609,7 @@ def _finish_values(outcome: Outcome) -> dict[str, Any]:
         "response_body": result.body,
         "response_truncated": result.truncated,
         "response_size_bytes": result.size_bytes,
-        "response_headers": result.headers,
+        "response_headers": result.headers or None,
         "error": result.error or "",
     }
 
@@ -897,7 +896,7 @@ def test_endpoint(endpoint: Endpoint, *, now: datetime | None = None) -> Run:
         response_body=result.body,
         response_truncated=result.truncated,
         response_size_bytes=result.size_bytes,
-        response_headers=result.headers,
+        response_headers=result.headers or None,
         error=result.error or "",
     )
     run.refresh_from_db()
