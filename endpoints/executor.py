@@ -3,17 +3,18 @@
 Guarantees (DESIGN.md, "HTTP executor"; Traps 10 and 11):
 
 - **One total deadline** (`timeout_ms`) covers DNS, connect, TLS, sending, the response
-  headers and the whole body. Each socket wait is capped at the time left before the
-  deadline, so a server dripping one byte at a time is cut off on time.
+  headers and the whole body (one `asyncio.timeout` around all of it), so a server
+  dripping one byte at a time is cut off on time.
 - **Bounded body**: read as a stream and cut at `max_response_size_kb` (decompressed
   size for gzip/deflate, so a gzip bomb is cut too); the connection is then closed.
   A truncated response is still judged by its status code: a truncated 200 is a success
   flagged `truncated`, because the endpoint did answer and the run did happen.
 - **SSRF guard**: only http and https; each host is resolved once, every address is
-  checked, and the socket connects to a checked address (no second lookup to rebind).
-  The check runs inside the connection pool's network backend, so redirects and every
-  new connection go through it. Redirects are followed by hand, at most
-  `max_redirects`, and headers that look secret are not sent to another origin.
+  checked, and the connection is made to a checked address (no second lookup to
+  rebind). The check is aiohttp's resolver, so redirects and every new connection go
+  through it; IP literals, which aiohttp connects to without a resolver, are checked
+  before each hop. Redirects are followed by hand, at most `max_redirects`, and headers
+  that look secret are not sent to another origin.
 - **Never raises** for anything the remote side does: every problem becomes a failed or
   timed-out `HttpResult` whose `error` says what happened.
 
@@ -22,19 +23,27 @@ Receivers verify HMAC-signed requests by computing
 `X-Cronicorn-Timestamp` header (Unix seconds) and comparing it with
 `X-Cronicorn-Signature`.
 
-Connections are pooled (keep-alive) in one httpcore pool per distinct `NetworkPolicy`
-(in practice one per process, built from settings): a connection opened under a lax
-policy must never serve a request made under a strict one. httpx provides URL parsing
-and joining; its transport layer, httpcore, provides the pool, which we give our own
-guarded network backend. Everything here is thread-safe.
+Requests run on one asyncio event loop per process, on its own thread, with aiohttp:
+an HTTP request costs a fraction of the CPU it cost on a pool of threads
+(bench/http_client_cost.py). `perform_request` blocks its caller until the result;
+`submit_request` returns a future at once, so a caller can start many. Connections are
+pooled (keep-alive) in one aiohttp session per distinct `NetworkPolicy` (in practice
+one per process, built from settings): a connection opened under a lax policy must
+never serve a request made under a strict one. Sessions keep no cookies. httpx provides
+URL parsing and joining and the certificate store. Everything here is thread-safe.
 """
 
 from __future__ import annotations
 
+import asyncio
+import atexit
 import base64
 import codecs
 import concurrent.futures
+import contextlib
+import contextvars
 import dataclasses
+import functools
 import hashlib
 import hmac
 import ipaddress
@@ -43,15 +52,19 @@ import logging
 import os
 import re
 import socket
+import ssl
 import threading
 import time
 import zlib
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-import httpcore
+import aiohttp
+import aiohttp.abc
 import httpx
+import yarl
+from aiohttp.helpers import is_ip_address
 
 logger = logging.getLogger("cronicorn.executor")
 
@@ -65,6 +78,8 @@ HEADER_NAME = re.compile(r"^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$")
 HEADER_VALUE_FORBIDDEN = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")
 
 RunStatus = Literal["success", "failure", "timeout"]
+# How long a blocked caller waits beyond a request's deadline before giving up on the loop.
+LOOP_GRACE_SECONDS = 10
 
 
 @dataclass(frozen=True)
@@ -147,27 +162,6 @@ def looks_secret(header_name: str) -> bool:
     return any(word in lowered for word in SECRET_HEADER_WORDS)
 
 
-# --- Deadline ---
-
-
-class _Deadline(threading.local):
-    # The monotonic deadline of the request this thread is performing. A thread-local
-    # because httpcore hands the network layer a fixed per-read timeout, not a deadline.
-    at: float | None = None
-
-
-_deadline = _Deadline()
-
-
-def _time_left(on_expiry: type[Exception]) -> float | None:
-    if _deadline.at is None:
-        return None
-    left = _deadline.at - time.monotonic()
-    if left <= 0:
-        raise on_expiry("deadline reached")
-    return left
-
-
 # --- SSRF guard ---
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
@@ -215,7 +209,7 @@ def _embedded_ipv4(ip: IPAddress) -> ipaddress.IPv4Address | None:
 
 
 class AddressGuard:
-    """Resolves a host once and returns its addresses if the policy allows them all: a
+    """Checks the addresses a host resolved to: all must be allowed by the policy, so a
     name that mixes public and private addresses is refused rather than half-trusted."""
 
     def __init__(self, policy: NetworkPolicy) -> None:
@@ -228,13 +222,12 @@ class AddressGuard:
             except ValueError:
                 self.hostnames.add(entry.strip().lower().rstrip("."))
 
-    def allowed_addresses(self, host: str, port: int) -> list[str]:
-        addresses = _resolve(host, port)
+    def check(self, host: str, addresses: Iterable[str]) -> None:
+        """Raise BlockedAddressError unless every address of `host` may be called."""
         if self.allow_private or host.lower().rstrip(".") in self.hostnames:
-            return addresses
+            return
         for address in addresses:
             self._check(host, ipaddress.ip_address(address.split("%")[0]))
-        return addresses
 
     def _check(self, host: str, ip: IPAddress) -> None:
         kind = blocked_kind(ip)
@@ -260,22 +253,18 @@ _dns_lock = threading.Lock()
 _dns_executor: concurrent.futures.ThreadPoolExecutor | None = None
 
 
-def _resolve(host: str, port: int) -> list[str]:
-    """The host's addresses in resolver order; the lookup runs in a helper thread so
-    that a slow resolver cannot outlive the request deadline."""
-    literal = _ip_literal(host)
-    if literal is not None:
-        return [str(literal)]
-    future = _dns_pool().submit(socket.getaddrinfo, host, port, type=socket.SOCK_STREAM)
+async def _resolve(host: str, port: int) -> list[tuple[str, int, int]]:
+    """The host's (address, family, proto) in resolver order. The lookup runs in a
+    helper thread; the request's deadline stops waiting for a slow resolver."""
+    loop = asyncio.get_running_loop()
+    lookup = functools.partial(socket.getaddrinfo, host, port, type=socket.SOCK_STREAM)
     try:
-        infos = future.result(timeout=_time_left(httpcore.ConnectTimeout))
-    except TimeoutError:
-        future.cancel()
-        raise httpcore.ConnectTimeout(f"resolving {host}") from None
+        infos = await loop.run_in_executor(_dns_pool(), lookup)
     except (socket.gaierror, UnicodeError) as exc:
         reason = exc.strerror if isinstance(exc, socket.gaierror) else str(exc)
         raise ExecutorError(f"could not resolve host '{host}' ({reason})") from exc
-    return list(dict.fromkeys(str(info[4][0]) for info in infos))
+    found = {str(info[4][0]): (info[0], info[2]) for info in infos}
+    return [(address, family, proto) for address, (family, proto) in found.items()]
 
 
 def _dns_pool() -> concurrent.futures.ThreadPoolExecutor:
@@ -288,82 +277,131 @@ def _dns_pool() -> concurrent.futures.ThreadPoolExecutor:
         return _dns_executor
 
 
-# --- Network layer given to httpcore ---
+# --- The connection layer, on aiohttp ---
 
 
-class _DeadlineStream(httpcore.NetworkStream):
-    """A socket stream whose every wait ends at the request deadline, whatever per-read
-    timeout httpcore asks for."""
+class _GuardedResolver(aiohttp.abc.AbstractResolver):
+    """aiohttp asks it for a host's addresses, then connects only to what it returns: each
+    name is resolved once and every address checked before any connection is made. (IP
+    literals never reach a resolver; `_check_host` checks those.)"""
 
-    def __init__(self, inner: httpcore.NetworkStream) -> None:
-        self._inner = inner
+    def __init__(self, guard: AddressGuard) -> None:
+        self._guard = guard
 
-    def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
-        return self._inner.read(max_bytes, _time_left(httpcore.ReadTimeout))
+    async def resolve(
+        self, host: str, port: int = 0, family: socket.AddressFamily = socket.AF_INET
+    ) -> list[aiohttp.abc.ResolveResult]:
+        found = await _resolve(host, port)
+        self._guard.check(host, [address for address, _family, _proto in found])
+        flags = socket.AI_NUMERICHOST | socket.AI_NUMERICSERV
+        return [
+            {
+                "hostname": host,
+                "host": address,
+                "port": port,
+                "family": family,
+                "proto": proto,
+                "flags": flags,
+            }
+            for address, family, proto in found
+        ]
 
-    def write(self, buffer: bytes, timeout: float | None = None) -> None:
-        self._inner.write(buffer, _time_left(httpcore.WriteTimeout))
+    async def close(self) -> None:
+        pass
+
+
+class _GuardedConnector(aiohttp.TCPConnector):
+    """Notes when the connection is ready, so that a timeout can say what it interrupted."""
+
+    async def connect(self, req: Any, traces: Any, timeout: Any) -> Any:
+        connection = await super().connect(req, traces, timeout)
+        _progress.get().phase = "waiting for the response headers"
+        return connection
+
+
+class _Client:
+    """The process's HTTP event loop, on its own daemon thread, and one aiohttp session
+    per policy on it (sessions are only touched from the loop's thread)."""
+
+    def __init__(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        self.sessions: dict[NetworkPolicy, aiohttp.ClientSession] = {}
+        threading.Thread(target=self.loop.run_forever, name="cronicorn-http", daemon=True).start()
+
+    def session(self, policy: NetworkPolicy) -> aiohttp.ClientSession:
+        session = self.sessions.get(policy)
+        if session is None:
+            connector = _GuardedConnector(
+                resolver=_GuardedResolver(_guard(policy)),
+                ssl=_ssl_context(),
+                limit=0,  # concurrency is bounded by the callers
+                keepalive_timeout=30.0,
+            )
+            session = aiohttp.ClientSession(
+                connector=connector,
+                cookie_jar=aiohttp.DummyCookieJar(),  # cookies must never cross requests
+                auto_decompress=False,  # we decompress, under the size cap
+                timeout=aiohttp.ClientTimeout(total=None, sock_connect=None),  # ours: one deadline
+                skip_auto_headers=("Content-Type",),
+                trust_env=False,  # no proxies or .netrc from the environment
+            )
+            self.sessions[policy] = session
+        return session
 
     def close(self) -> None:
-        self._inner.close()
+        """Close every session (and its connections), then stop the loop."""
 
-    def start_tls(
-        self,
-        ssl_context: Any,
-        server_hostname: str | None = None,
-        timeout: float | None = None,
-    ) -> httpcore.NetworkStream:
-        try:
-            tls = self._inner.start_tls(
-                ssl_context, server_hostname, _time_left(httpcore.ConnectTimeout)
-            )
-        except httpcore.ConnectError as exc:
-            reason = exc.__cause__ or exc
-            raise ExecutorError(f"TLS error with {server_hostname}: {reason}") from exc
-        return _DeadlineStream(tls)
+        async def close_sessions() -> None:
+            for session in self.sessions.values():
+                await session.close()
 
-    def get_extra_info(self, info: str) -> Any:
-        return self._inner.get_extra_info(info)
+        future = asyncio.run_coroutine_threadsafe(close_sessions(), self.loop)
+        with contextlib.suppress(Exception):
+            future.result(timeout=2)
+        self.loop.call_soon_threadsafe(self.loop.stop)
 
 
-class _GuardedBackend(httpcore.NetworkBackend):
-    """Connects only to addresses the SSRF guard checked, resolving each host once."""
+_client_lock = threading.Lock()
+_client: _Client | None = None
 
-    def __init__(self, policy: NetworkPolicy) -> None:
-        self._guard = AddressGuard(policy)
-        self._inner = httpcore.SyncBackend()
 
-    def connect_tcp(
-        self,
-        host: str,
-        port: int,
-        timeout: float | None = None,
-        local_address: str | None = None,
-        socket_options: Iterable[Any] | None = None,
-    ) -> httpcore.NetworkStream:
-        failure: BaseException | None = None
-        for address in self._guard.allowed_addresses(host, port):
-            try:
-                stream = self._inner.connect_tcp(
-                    address,
-                    port,
-                    _time_left(httpcore.ConnectTimeout),
-                    local_address=local_address,
-                    socket_options=socket_options,
-                )
-            except httpcore.ConnectError as exc:
-                failure = exc.__cause__ or exc
-                continue
-            return _DeadlineStream(stream)
-        raise ExecutorError(f"could not connect to {host}:{port}: {_describe_os_error(failure)}")
+def _shared_client() -> _Client:
+    global _client
+    client = _client
+    if client is None:
+        with _client_lock:
+            if _client is None:
+                _client = _Client()
+            client = _client
+    return client
 
-    def connect_unix_socket(
-        self, path: str, timeout: float | None = None, socket_options: Iterable[Any] | None = None
-    ) -> httpcore.NetworkStream:
-        raise ExecutorError("unix sockets are not supported")
 
-    def sleep(self, seconds: float) -> None:
-        time.sleep(seconds)
+@functools.cache
+def _guard(policy: NetworkPolicy) -> AddressGuard:
+    return AddressGuard(policy)
+
+
+@functools.cache
+def _ssl_context() -> ssl.SSLContext:
+    return httpx.create_ssl_context()
+
+
+def _forget_client_after_fork() -> None:
+    # A forked child has no loop thread and must not share its parent's sockets or locks.
+    global _client, _client_lock, _dns_lock, _dns_executor
+    _client = None
+    _client_lock = threading.Lock()
+    _dns_lock = threading.Lock()
+    _dns_executor = None
+
+
+def _close_client_at_exit() -> None:
+    if _client is not None:
+        _client.close()
+
+
+os.register_at_fork(after_in_child=_forget_client_after_fork)
+atexit.register(_close_client_at_exit)
 
 
 def _describe_os_error(error: BaseException | None) -> str:
@@ -372,38 +410,6 @@ def _describe_os_error(error: BaseException | None) -> str:
     if isinstance(error, OSError) and error.strerror:
         return error.strerror.lower()
     return str(error)
-
-
-_pools_lock = threading.Lock()
-_pools: dict[NetworkPolicy, httpcore.ConnectionPool] = {}
-
-
-def _pool_for(policy: NetworkPolicy) -> httpcore.ConnectionPool:
-    pool = _pools.get(policy)
-    if pool is not None:
-        return pool
-    with _pools_lock:
-        if policy not in _pools:
-            _pools[policy] = httpcore.ConnectionPool(
-                ssl_context=httpx.create_ssl_context(),
-                max_connections=None,  # concurrency is bounded by the callers' thread pools
-                max_keepalive_connections=200,
-                keepalive_expiry=30.0,
-                network_backend=_GuardedBackend(policy),
-            )
-        return _pools[policy]
-
-
-def _forget_pools_after_fork() -> None:
-    # A forked child must not share its parent's sockets or lock states.
-    global _pools_lock, _dns_lock, _dns_executor
-    _pools.clear()
-    _pools_lock = threading.Lock()
-    _dns_lock = threading.Lock()
-    _dns_executor = None
-
-
-os.register_at_fork(after_in_child=_forget_pools_after_fork)
 
 
 # --- Performing a request ---
@@ -418,18 +424,68 @@ class _Progress:
     body_bytes: int = 0
 
 
+_progress: contextvars.ContextVar[_Progress] = contextvars.ContextVar("cronicorn_progress")
+
+
 def perform_request(request: HttpRequest, *, policy: NetworkPolicy | None = None) -> HttpResult:
-    """Call the endpoint described by `request`; never raises for network problems."""
+    """Call the endpoint described by `request`; never raises for network problems.
+
+    Blocks the calling thread; the request itself runs on the process's HTTP event loop.
+    """
+    future = submit_request(request, policy=policy)
+    try:
+        return future.result(timeout=request.timeout_ms / 1000 + LOOP_GRACE_SECONDS)
+    except concurrent.futures.TimeoutError:
+        future.cancel()
+        logger.error("the HTTP event loop did not answer for %s", _loggable_url(request.url))
+        return _failure(
+            "timeout",
+            f"timed out after {request.timeout_ms} ms (the HTTP client did not answer)",
+            request.url,
+        )
+
+
+def submit_request(
+    request: HttpRequest, *, policy: NetworkPolicy | None = None
+) -> concurrent.futures.Future[HttpResult]:
+    """Start the request on the process's HTTP event loop and return at once; the future
+    resolves with its `HttpResult` (never with a network exception). Log lines of the
+    request carry the caller's log context."""
     policy = policy or NetworkPolicy.from_settings()
+    client = _shared_client()
+    future: concurrent.futures.Future[HttpResult] = concurrent.futures.Future()
+
+    def start() -> None:
+        if not future.set_running_or_notify_cancel():
+            return
+        task = client.loop.create_task(_perform_on_loop(request, client.session(policy), policy))
+        task.add_done_callback(functools.partial(_settle, future))
+
+    client.loop.call_soon_threadsafe(start, context=contextvars.copy_context())
+    return future
+
+
+def _settle(future: concurrent.futures.Future[HttpResult], task: asyncio.Task[HttpResult]) -> None:
+    if task.cancelled():
+        future.set_exception(concurrent.futures.CancelledError())
+    elif (exc := task.exception()) is not None:
+        future.set_exception(exc)
+    else:
+        future.set_result(task.result())
+
+
+async def _perform_on_loop(
+    request: HttpRequest, session: aiohttp.ClientSession, policy: NetworkPolicy
+) -> HttpResult:
+    """The request, on the event loop; never raises for network problems."""
     started = time.monotonic()
     progress = _Progress(url=request.url)
-    _deadline.at = started + request.timeout_ms / 1000
+    _progress.set(progress)
     try:
-        result = _perform(request, policy, progress)
+        async with asyncio.timeout(request.timeout_ms / 1000):
+            result = await _perform(request, session, policy, progress)
     except Exception as exc:
         result = _failure_result(exc, request, progress)
-    finally:
-        _deadline.at = None
     duration_ms = round((time.monotonic() - started) * 1000)
     if logger.isEnabledFor(logging.DEBUG):
         _log_outcome(request, result, progress.url, duration_ms)
@@ -448,7 +504,12 @@ def _log_outcome(request: HttpRequest, result: HttpResult, url: str, duration_ms
     )
 
 
-def _perform(request: HttpRequest, policy: NetworkPolicy, progress: _Progress) -> HttpResult:
+async def _perform(
+    request: HttpRequest,
+    session: aiohttp.ClientSession,
+    policy: NetworkPolicy,
+    progress: _Progress,
+) -> HttpResult:
     origin = _parse_url(request.url, what="URL")
     progress.url = _without_credentials(origin)
     _check_request(request)
@@ -458,17 +519,38 @@ def _perform(request: HttpRequest, policy: NetworkPolicy, progress: _Progress) -
     url = origin
     for _hop in range(policy.max_redirects + 1):
         progress.url = _without_credentials(url)
+        progress.phase = "connecting"
+        await _check_host(url, policy)
         foreign = (url.scheme, url.host, url.port) != (origin.scheme, origin.host, origin.port)
         headers = _hop_headers(request, policy, url, body, timestamp=timestamp, foreign=foreign)
-        response = _send(policy, method, url, headers, body, progress)
+        response = await session.request(
+            method,
+            yarl.URL(progress.url, encoded=True),
+            headers=headers,
+            data=body,
+            allow_redirects=False,
+        )
         location = _redirect_location(response)
         if location is None:
-            return _read_result(response, request, progress)
+            return await _read_result(response, request, progress)
         response.close()
         url = _parse_url(str(url.join(location)), what="redirect Location")
         if response.status in (301, 302, 303) and method != "HEAD":
             method, body = "GET", None
     raise ExecutorError(f"too many redirects (limit {policy.max_redirects})")
+
+
+async def _check_host(url: httpx.URL, policy: NetworkPolicy) -> None:
+    """IP literals are checked here: aiohttp connects to them without asking a resolver.
+    Legacy numeric forms (``2130706433``) are resolved to say where they lead, then
+    refused by aiohttp if allowed."""
+    host = url.host
+    if _ip_literal(host) is not None:
+        _guard(policy).check(host, [host])
+    elif is_ip_address(host):
+        found = await _resolve(host, url.port or 0)
+        _guard(policy).check(host, [address for address, _family, _proto in found])
+        raise ExecutorError(f"invalid URL host {host!r}: write IPv4 addresses as a.b.c.d")
 
 
 def _parse_url(raw: str, *, what: str) -> httpx.URL:
@@ -518,7 +600,7 @@ def _hop_headers(
     *,
     timestamp: str,
     foreign: bool,
-) -> list[tuple[bytes, bytes]]:
+) -> dict[str, str]:
     """Headers for one hop. Secret-looking headers and the signature stay with the
     original origin: a redirect must not hand credentials to another host."""
     headers = {
@@ -540,10 +622,7 @@ def _hop_headers(
     headers.update({k: v for k, v in defaults.items() if k.lower() not in given})
     if request.hmac_secret and not foreign:
         headers.update(_signature_headers(request.hmac_secret, timestamp, body or b""))
-    framing = [(b"Host", url.netloc)]
-    if body is not None or request.method.upper() in ("POST", "PUT", "PATCH"):
-        framing.append((b"Content-Length", str(len(body or b"")).encode()))
-    return framing + [(k.encode("ascii"), v.encode()) for k, v in headers.items()]
+    return headers  # aiohttp adds Host and Content-Length
 
 
 def _signature_headers(secret: str, timestamp: str, body: bytes) -> dict[str, str]:
@@ -551,49 +630,26 @@ def _signature_headers(secret: str, timestamp: str, body: bytes) -> dict[str, st
     return {"X-Cronicorn-Timestamp": timestamp, "X-Cronicorn-Signature": digest.hexdigest()}
 
 
-def _send(
-    policy: NetworkPolicy,
-    method: str,
-    url: httpx.URL,
-    headers: list[tuple[bytes, bytes]],
-    body: bytes | None,
-    progress: _Progress,
-) -> httpcore.Response:
-    progress.phase = "connecting or waiting for the response headers"
-    left = _time_left(httpcore.PoolTimeout)
-    core_url = httpcore.URL(
-        scheme=url.raw_scheme, host=url.raw_host, port=url.port, target=url.raw_path
-    )
-    return _pool_for(policy).handle_request(
-        httpcore.Request(
-            method.encode("ascii"),
-            core_url,
-            headers=headers,
-            content=body or b"",
-            extensions={"timeout": {"connect": left, "read": left, "write": left, "pool": left}},
-        )
-    )
-
-
-def _redirect_location(response: httpcore.Response) -> str | None:
+def _redirect_location(response: aiohttp.ClientResponse) -> str | None:
     if response.status not in REDIRECT_STATUSES:
         return None
-    location = httpx.Headers(response.headers).get("location")
-    return location or None
+    return response.headers.get("location") or None
 
 
-def _read_result(
-    response: httpcore.Response, request: HttpRequest, progress: _Progress
+async def _read_result(
+    response: aiohttp.ClientResponse, request: HttpRequest, progress: _Progress
 ) -> HttpResult:
-    headers = httpx.Headers(response.headers)
+    headers = response.headers
     progress.phase = "reading the body"
     limit = request.max_response_size_kb * 1024
+    complete = False
     try:
         encoding = headers.get("content-encoding", "")
-        raw, truncated = _read_capped(response, encoding, limit, progress)
+        raw, truncated = await _read_capped(response, encoding, limit, progress)
+        complete = not truncated
     finally:
-        # Closing an unfinished response drops its connection instead of draining it.
-        response.close()
+        # An unfinished response loses its connection instead of draining it.
+        response.release() if complete else response.close()
     ok = 200 <= response.status < 300
     return HttpResult(
         status="success" if ok else "failure",
@@ -612,38 +668,39 @@ def _read_result(
     )
 
 
-def _read_capped(
-    response: httpcore.Response, encoding: str, limit: int, progress: _Progress
+async def _read_capped(
+    response: aiohttp.ClientResponse, encoding: str, limit: int, progress: _Progress
 ) -> tuple[bytes, bool]:
-    """At most `limit` body bytes (after decompression) and whether more existed."""
+    """At most `limit` body bytes (after decompression) and whether more existed.
+
+    Compressed bodies are inflated never more than the room left per chunk read, so a
+    small compressed body cannot inflate past the cap in memory."""
     kept = bytearray()
-    chunks = _wire_chunks(response, progress)
-    for piece in _decoded(chunks, encoding, room=lambda: limit + 1 - len(kept)):
-        kept.extend(piece)
+    encoding = encoding.strip().lower()
+    decompressor = None
+    if encoding in ("gzip", "x-gzip", "deflate"):
+        decompressor = zlib.decompressobj(wbits=zlib.MAX_WBITS | 32)  # zlib or gzip header
+    content = response.content
+    while chunk := await _read_chunk(content, progress):
+        if decompressor is not None:
+            try:
+                chunk = decompressor.decompress(chunk, limit + 1 - len(kept))
+            except zlib.error as exc:
+                raise ExecutorError(
+                    f"could not decode the {encoding} response body: {exc}"
+                ) from exc
+        kept.extend(chunk)
         if len(kept) > limit:
             return bytes(kept[:limit]), True
     return bytes(kept), False
 
 
-def _wire_chunks(response: httpcore.Response, progress: _Progress) -> Iterator[bytes]:
-    for chunk in response.iter_stream():
-        progress.body_bytes += len(chunk)
-        yield chunk
-
-
-def _decoded(chunks: Iterator[bytes], encoding: str, room: Callable[[], int]) -> Iterator[bytes]:
-    """Decompress gzip/deflate yielding never more than `room()` bytes per chunk of
-    input, so a small compressed body cannot inflate past the cap in memory."""
-    encoding = encoding.strip().lower()
-    if encoding not in ("gzip", "x-gzip", "deflate"):
-        yield from chunks
-        return
-    decompressor = zlib.decompressobj(wbits=zlib.MAX_WBITS | 32)  # zlib or gzip header
+async def _read_chunk(content: aiohttp.StreamReader, progress: _Progress) -> bytes:
     try:
-        for chunk in chunks:
-            yield decompressor.decompress(chunk, room())
-    except zlib.error as exc:
-        raise ExecutorError(f"could not decode the {encoding} response body: {exc}") from exc
+        chunk = await content.readany()
+    finally:
+        progress.body_bytes = content.total_bytes  # bytes received, even if the read failed
+    return chunk
 
 
 def _decode_body(raw: bytes, content_type: str, truncated: bool) -> Any:
@@ -681,21 +738,29 @@ def _http_error(status_code: int) -> str:
 
 
 def _failure_result(exc: Exception, request: HttpRequest, progress: _Progress) -> HttpResult:
-    status: RunStatus = "failure"
     if isinstance(exc, ExecutorError):
-        error = str(exc)
         if isinstance(exc, BlockedAddressError):
-            logger.warning("refused %s: %s", _loggable_url(progress.url), error)
-    elif isinstance(exc, httpcore.TimeoutException):
-        status = "timeout"
-        error = f"timed out after {request.timeout_ms} ms (while {_timeout_phase(exc, progress)})"
-    elif isinstance(exc, httpcore.NetworkError | httpcore.RemoteProtocolError):
+            logger.warning("refused %s: %s", _loggable_url(progress.url), exc)
+        return _failure("failure", str(exc), progress.url)
+    if isinstance(exc, TimeoutError):
+        phase = progress.phase
+        error = f"timed out after {request.timeout_ms} ms (while {phase})"
+        return _failure("timeout", error, progress.url)
+    if isinstance(exc, aiohttp.ClientConnectorCertificateError):
+        error = f"TLS error with {exc.host}: {exc.certificate_error}"
+    elif isinstance(exc, aiohttp.ClientSSLError):
+        error = f"TLS error with {exc.host}: {exc.os_error}"
+    elif isinstance(exc, aiohttp.ClientConnectorError):
+        error = f"could not connect to {exc.host}:{exc.port}: {_describe_os_error(exc.os_error)}"
+    elif isinstance(exc, aiohttp.ClientError):
         error = _connection_error(exc, progress)
-    elif isinstance(exc, httpcore.LocalProtocolError):
-        error = f"could not send the request: {exc}"
     else:
         logger.exception("unexpected executor error for %s", _loggable_url(progress.url))
         error = f"unexpected error: {type(exc).__name__}: {exc}"
+    return _failure("failure", error, progress.url)
+
+
+def _failure(status: RunStatus, error: str, url: str) -> HttpResult:
     return HttpResult(
         status=status,
         status_code=None,
@@ -704,26 +769,14 @@ def _failure_result(exc: Exception, request: HttpRequest, progress: _Progress) -
         size_bytes=0,
         duration_ms=0,
         error=error,
-        final_url=progress.url,
+        final_url=url,
     )
 
 
-def _timeout_phase(exc: httpcore.TimeoutException, progress: _Progress) -> str:
-    if isinstance(exc, httpcore.ConnectTimeout):
-        return "connecting"
-    if isinstance(exc, httpcore.PoolTimeout):
-        return "waiting for a free connection"
-    if isinstance(exc, httpcore.WriteTimeout):
-        return "sending the request"
-    if progress.phase == "reading the body":
-        return progress.phase
-    return "waiting for the response headers"
-
-
-def _connection_error(exc: Exception, progress: _Progress) -> str:
+def _connection_error(exc: aiohttp.ClientError, progress: _Progress) -> str:
     if progress.phase == "reading the body":
         return f"connection closed while reading the body after {progress.body_bytes} bytes"
-    if isinstance(exc, httpcore.RemoteProtocolError):
+    if isinstance(exc, aiohttp.ServerDisconnectedError | aiohttp.ClientResponseError):
         return f"the server closed the connection or sent an invalid response: {exc}"
     return f"connection error before the response arrived: {exc}"
 

@@ -267,6 +267,22 @@ def test_a_user_agent_and_content_type_set_by_the_user_win(server: HTTPServer) -
     assert seen[0].headers["Content-Type"] == "application/vnd.acme+json"
 
 
+def test_a_cookie_set_by_one_endpoint_is_never_sent_with_a_later_request(
+    server: HTTPServer,
+) -> None:
+    # Connections are shared by every tenant's endpoints: a cookie jar would leak sessions.
+    server.expect_request("/login").respond_with_data(
+        "ok", headers={"Set-Cookie": "session=tenant-a; Path=/"}
+    )
+    seen = recording(server, "/other")
+
+    by_name = server.url_for("/").replace("127.0.0.1", "localhost")  # jars skip IP hosts
+    call(by_name + "login")
+    call(by_name + "other")
+
+    assert "Cookie" not in seen[0].headers
+
+
 def test_hmac_headers_let_the_receiver_verify_timestamp_and_body(server: HTTPServer) -> None:
     seen = recording(server, "/signed")
 
