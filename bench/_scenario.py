@@ -54,7 +54,8 @@ class Params:
     interval_ms: int = 1000
     warmup: float = 5.0
     window: float = 20.0
-    threads: int = 16  # execution threads per process (CRONICORN_EXECUTOR_THREADS)
+    threads: int = 16  # threads of the raw HTTP ceiling's perform_request loop
+    in_flight: int = 200  # runs in flight per process (CRONICORN_MAX_IN_FLIGHT)
     celery_concurrency: int = 4  # Celery pool threads of each execute worker
     workers: int = 1  # execute worker processes (Celery)
     chunk_size: int | None = None  # override endpoints.tasks.CHUNK_SIZE (Celery)
@@ -305,8 +306,8 @@ def start_runscheduler(params: Params, procs: Processes) -> dict[str, int]:
         "runscheduler",
         "--duration",
         str(duration),
-        "--threads",
-        str(params.threads),
+        "--max-in-flight",
+        str(params.in_flight),
     ]
     pid = procs.start("runscheduler", args).pid
     if not wait_until(lambda: Heartbeat.objects.filter(name="tick").exists(), timeout=60):
@@ -348,7 +349,7 @@ def run(params: Params) -> dict[str, Any]:
     url = params.database_url()
     env = bench_env(
         url,
-        CRONICORN_EXECUTOR_THREADS=str(params.threads),
+        CRONICORN_MAX_IN_FLIGHT=str(params.in_flight),
         CRONICORN_BATCH_SIZE=str(params.batch),
         **({"BENCH_CHUNK_SIZE": str(params.chunk_size)} if params.chunk_size else {}),
         **params.extra_env,

@@ -5,9 +5,10 @@ Claims ``--n`` due endpoints at once (against the fast local server), then runs 
 - ``perform_request`` alone on one thread (the HTTP client's share);
 - ``scheduling.execute_claim`` on one thread and on ``--threads`` threads: each run
   written on its own (finish and reschedule right after its request);
-- the dispatcher (``endpoints.dispatch.ClaimDispatcher``) on ``--threads`` threads, as
-  Celery workers and ``runscheduler`` run claims: runs finishing together are written
-  together by its writer.
+- the dispatcher (``endpoints.dispatch.ClaimDispatcher``) with ``--threads`` runs in
+  flight, as Celery workers and ``runscheduler`` run claims: runs due together are
+  started together, their requests run on the executor's event loop, and runs
+  finishing together are written together.
 
 Reports wall and CPU time per run for this process and for its PostgreSQL server
 processes. This is the ceiling of one Python process (one core, the GIL), whatever
@@ -106,7 +107,7 @@ def through_dispatcher(claims: Sequence[Any], threads: int) -> dict:
     from endpoints.dispatch import ClaimDispatcher
 
     cpu_before, started = time.process_time(), time.perf_counter()
-    dispatcher = ClaimDispatcher(threads=threads)
+    dispatcher = ClaimDispatcher(max_in_flight=threads)
     futures = [dispatcher.submit(claim) for claim in claims]
     for future in futures:
         future.result()

@@ -36,6 +36,7 @@ def params_for(name: str, args: argparse.Namespace, *, lead: bool) -> Params:
         warmup=args.warmup,
         window=args.window,
         threads=args.threads,
+        in_flight=args.in_flight,
         label=f"{name} lead 0.5s" if lead else name,
         extra_env=WHAT_IF_LEAD if lead else {},
     )
@@ -64,7 +65,8 @@ def main() -> None:
     parser.add_argument("--interval-ms", type=int, default=1000)
     parser.add_argument("--warmup", type=float, default=5.0)
     parser.add_argument("--window", type=float, default=30.0)
-    parser.add_argument("--threads", type=int, default=16)
+    parser.add_argument("--threads", type=int, default=16, help="of the raw HTTP ceiling")
+    parser.add_argument("--in-flight", type=int, default=200, help="CRONICORN_MAX_IN_FLIGHT")
     parser.add_argument("--only", default=",".join(SCENARIOS))
     parser.add_argument("--lead", action="store_true", help="also claim 0.5 s ahead")
     args = parser.parse_args()

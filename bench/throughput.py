@@ -41,6 +41,7 @@ def params_for(name: str, args: argparse.Namespace, chunk: int | None = None) ->
         warmup=args.warmup,
         window=args.window,
         threads=args.threads,
+        in_flight=args.in_flight,
         celery_concurrency=args.celery_concurrency,
         workers=args.workers,
         chunk_size=chunk,
@@ -72,7 +73,8 @@ def main() -> None:
     parser.add_argument("--n", type=int, default=2000, help="endpoints at 1 s (the offer)")
     parser.add_argument("--warmup", type=float, default=5.0)
     parser.add_argument("--window", type=float, default=20.0)
-    parser.add_argument("--threads", type=int, default=16)
+    parser.add_argument("--threads", type=int, default=16, help="of the raw HTTP ceiling")
+    parser.add_argument("--in-flight", type=int, default=200, help="CRONICORN_MAX_IN_FLIGHT")
     parser.add_argument("--celery-concurrency", type=int, default=4)
     parser.add_argument("--workers", type=int, default=1)
     parser.add_argument("--only", default=",".join(SCENARIOS))

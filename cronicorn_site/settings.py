@@ -222,7 +222,7 @@ CRONICORN_ZOMBIE_THRESHOLD_SECONDS = env_int("CRONICORN_ZOMBIE_THRESHOLD_SECONDS
 CRONICORN_MAINTENANCE_SECONDS = env_int("CRONICORN_MAINTENANCE_SECONDS", 30, minimum=1)
 CRONICORN_RUN_RETENTION_DAYS = env_int("CRONICORN_RUN_RETENTION_DAYS", 30, minimum=1)
 CRONICORN_RUN_RETENTION_KEEP = env_int("CRONICORN_RUN_RETENTION_KEEP", 100, minimum=1)
-CRONICORN_EXECUTOR_THREADS = env_int("CRONICORN_EXECUTOR_THREADS", 32, minimum=1)
+CRONICORN_MAX_IN_FLIGHT = env_int("CRONICORN_MAX_IN_FLIGHT", 200, minimum=1)
 CRONICORN_SHUTDOWN_TIMEOUT_SECONDS = env_int("CRONICORN_SHUTDOWN_TIMEOUT_SECONDS", 30, minimum=0)
 
 # HTTP executor. Private, loopback and link-local targets are refused unless allowed;
@@ -294,7 +294,7 @@ LOGGING = {
     },
 }
 
-# Queues: tick and maintenance are light; execute is I/O-bound (threads or gevent pool);
+# Queues: tick and maintenance are light; execute is I/O-bound (threads pool);
 # planner may wait on an LLM for a minute.
 CELERY_TASK_ROUTES = {
     "cronicorn.tick": {"queue": "tick"},

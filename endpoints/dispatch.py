@@ -1,33 +1,40 @@
-"""Start claims on time: a timer holds each claim until its ``scheduled_for``, then a
-pool of threads executes it, and one writer records the runs that finish together.
+"""Start claims on time: a timer holds each claim until its ``scheduled_for``, starter
+threads record the Runs of what is due, the process's HTTP event loop calls the
+endpoints, and one writer records the runs that finish together.
 
 One dispatcher per process: the Celery execute task hands it the claims of a chunk,
 ``runscheduler`` hands it every claim of a tick. One timer thread sleeps until the
-earliest claim is due (a heap, not a sleeping thread per claim), so pool threads only
-ever do real work and a claim starts within a millisecond or so of its time.
+earliest claim is due (a heap, not a sleeping thread per claim), so a claim starts
+within a millisecond or so of its time.
 
-A pool thread records the Run and calls the endpoint (``scheduling.call_claim``); the
-outcome then waits up to ``WRITE_LINGER`` for others, and the writer thread finishes
-them all in one transaction (``scheduling.record_outcomes``). Written one by one, the
-finish and reschedule were two of the four transactions every run cost (bench/README.md
-has the figures). The wait delays only the write, never a start; a claim's future
-resolves once its run is written.
+The stages, each batching what reaches it together (no stage waits to make a batch,
+except the writer's short linger):
 
-The pool is our own small one rather than ``ThreadPoolExecutor``: each thread keeps its
-database connection between claims (a new PostgreSQL connection per run would cost
-more than the run) and closes it when the pool stops, and the threads are daemons, so
-a shutdown that gives up on a hung request is not then blocked by it at exit.
+1. a starter thread takes every claim that is due (up to ``START_BATCH``) and records
+   their Runs: one read of the endpoints, one insert of the Runs
+   (``scheduling.start_claims``);
+2. the requests run on the executor's event loop (``executor.submit_request``), so no
+   thread waits on a socket and a request costs a fraction of a thread's CPU;
+3. each finished request hands its outcome to the writer, which waits up to
+   ``WRITE_LINGER`` for others and finishes them all in one transaction
+   (``scheduling.record_outcomes``). A claim's future resolves once its run is written.
+
+``max_in_flight`` bounds the runs started and not yet written: past it, the timer holds
+due claims back. Starter and writer threads keep their database connection between
+batches and close it when the dispatcher stops; they are daemons, so a shutdown that
+gives up on a hung request is not then blocked by it at exit.
 """
 
 from __future__ import annotations
 
+import functools
 import heapq
 import itertools
 import logging
 import queue
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from concurrent.futures import wait as wait_for_futures
 from typing import Any
@@ -35,26 +42,28 @@ from typing import Any
 from django.db import close_old_connections, connections
 
 from endpoints.models import Run
-from endpoints.scheduling import Claim, Outcome, call_claim, record_outcomes
+from endpoints.scheduling import Claim, Outcome, Started, record_outcomes, start_claims
 
 logger = logging.getLogger("cronicorn.scheduler")
 
+# Claims one starter records at once, and how many starters (each with a connection).
+START_BATCH = 50
+STARTERS = 2
 # How long a finished run's outcome may wait for others to share its transaction, and
 # how many share one at most. Saturated (bench/throughput.py), a transaction carried
 # ≈ 17 runs on average; a quiet scheduler writes each run ≤ 20 ms after it ends.
 WRITE_LINGER = 0.02
 WRITE_BATCH = 50
 
+# What starting a claim gives: a run to call, an outcome already called (test seams),
+# a run a scheduler error cut short, or None (nothing to run).
+Start = Callable[[list[Claim]], Sequence[Started | Outcome | Run | None]]
 
-def call_safely(claim: Claim) -> Outcome | Run | None:
-    """Call one claim on a pool thread; nothing escapes to the pool or other claims."""
-    close_old_connections()  # this thread's connection may have gone stale between claims
-    try:
-        return call_claim(claim)
-    except Exception:
-        ids = {"endpoint_id": claim.endpoint_id, "claim_token": str(claim.claim_token)}
-        logger.exception("claim failed", extra={**ids, "source": claim.source})
-        return None
+
+def start_safely(claims: list[Claim]) -> list[Started | None]:
+    """Record the Runs of claims due together on a starter thread."""
+    close_old_connections()  # this thread's connection may have gone stale between batches
+    return start_claims(claims)
 
 
 def record(outcomes: list[Outcome]) -> None:
@@ -66,21 +75,22 @@ class ClaimDispatcher:
     def __init__(
         self,
         *,
-        threads: int,
-        call: Callable[[Claim], Outcome | Run | None] = call_safely,
+        max_in_flight: int,
+        start: Start = start_safely,
         record: Callable[[list[Outcome]], Any] = record,
     ) -> None:
-        self._call = call
+        self._max_in_flight = max_in_flight
+        self._start_claims = start
         self._record = record
         self._condition = threading.Condition()
         self._heap: list[tuple[float, int, Claim, Future[Any]]] = []
         self._order = itertools.count()
         self._in_flight: set[Future[Any]] = set()
         self._closed = False
-        self._work: queue.SimpleQueue[tuple[Claim, Future[Any]] | None] = queue.SimpleQueue()
-        self._workers = [
-            threading.Thread(target=self._work_loop, name=f"cronicorn-run-{k}", daemon=True)
-            for k in range(threads)
+        self._due: queue.SimpleQueue[tuple[Claim, Future[Any]] | None] = queue.SimpleQueue()
+        self._starters = [
+            threading.Thread(target=self._start_loop, name=f"cronicorn-start-{k}", daemon=True)
+            for k in range(STARTERS)
         ]
         self._timer = threading.Thread(target=self._run_timer, name="cronicorn-timer", daemon=True)
         # Outcomes waiting for the writer, each with its future and when it arrived.
@@ -91,7 +101,7 @@ class ClaimDispatcher:
         self._writer = threading.Thread(
             target=self._write_loop, name="cronicorn-writer", daemon=True
         )
-        for thread in (*self._workers, self._timer, self._writer):
+        for thread in (*self._starters, self._timer, self._writer):
             thread.start()
 
     def submit(self, claim: Claim) -> Future[Any]:
@@ -137,10 +147,10 @@ class ClaimDispatcher:
             self._written.notify()
         deadline = time.monotonic() + timeout
         _done, not_done = wait_for_futures(running, timeout=timeout)
-        for _worker in self._workers:
-            self._work.put(None)  # each worker exits after the work queued before it
-        for worker in self._workers:
-            worker.join(timeout=max(deadline - time.monotonic(), 0))
+        for _starter in self._starters:
+            self._due.put(None)  # each starter exits after the claims queued before it
+        for starter in self._starters:
+            starter.join(timeout=max(deadline - time.monotonic(), 0))
         with self._written:
             self._writing = False  # the writer writes what is left, then exits
             self._written.notify()
@@ -150,43 +160,70 @@ class ClaimDispatcher:
     def _run_timer(self) -> None:
         with self._condition:
             while not self._closed:
-                if not self._heap:
-                    self._condition.wait()
+                if not self._heap or len(self._in_flight) >= self._max_in_flight:
+                    self._condition.wait()  # woken by a new claim, or a run written
                     continue
                 delay = self._heap[0][0] - time.time()
                 if delay > 0:
                     self._condition.wait(timeout=delay)
                     continue
                 _at, _order, claim, future = heapq.heappop(self._heap)
-                self._start(claim, future)
-
-    def _start(self, claim: Claim, future: Future[Any]) -> None:
-        """Called with the condition held."""
-        self._in_flight.add(future)
-        future.add_done_callback(self._forget)
-        self._work.put((claim, future))
+                self._in_flight.add(future)
+                future.add_done_callback(self._forget)
+                self._due.put((claim, future))
 
     def _forget(self, future: Future[Any]) -> None:
         with self._condition:
             self._in_flight.discard(future)
+            self._condition.notify()
 
-    def _work_loop(self) -> None:
+    def _start_loop(self) -> None:
         try:
-            while (item := self._work.get()) is not None:
-                claim, future = item
-                if not future.set_running_or_notify_cancel():
-                    continue
-                try:
-                    called = self._call(claim)
-                except BaseException as exc:
-                    future.set_exception(exc)
-                    continue
-                if isinstance(called, Outcome):
-                    self._hand_to_writer(called, future)
-                else:
-                    future.set_result(called)
+            while (item := self._due.get()) is not None:
+                batch = [item]
+                while len(batch) < START_BATCH:
+                    try:
+                        item = self._due.get_nowait()
+                    except queue.Empty:
+                        break
+                    if item is None:
+                        self._due.put(None)  # another starter's; this one ends next round
+                        break
+                    batch.append(item)
+                self._start_batch(batch)
         finally:
             connections.close_all()
+
+    def _start_batch(self, batch: list[tuple[Claim, Future[Any]]]) -> None:
+        live = [(claim, future) for claim, future in batch if future.set_running_or_notify_cancel()]
+        if not live:
+            return
+        try:
+            started = self._start_claims([claim for claim, _future in live])
+        except BaseException as exc:
+            for _claim, future in live:
+                future.set_exception(exc)
+            return
+        for (_claim, future), item in zip(live, started, strict=True):
+            if isinstance(item, Started):
+                request = item.call()
+                request.add_done_callback(functools.partial(self._called, item, future))
+            elif isinstance(item, Outcome):
+                self._hand_to_writer(item, future)
+            else:
+                future.set_result(item)
+
+    def _called(self, started: Started, future: Future[Any], request: Future[Any]) -> None:
+        """On the HTTP event loop's thread: hand the outcome over, touch no database."""
+        try:
+            result = request.result()
+        except BaseException:
+            logger.exception(
+                "the request of run %s did not complete; its lease will expire", started.run.pk
+            )
+            future.set_result(started.run)
+            return
+        self._hand_to_writer(started.outcome(result), future)
 
     def _hand_to_writer(self, outcome: Outcome, future: Future[Any]) -> None:
         with self._written:
@@ -197,13 +234,20 @@ class ClaimDispatcher:
                 if len(self._outcomes) in (1, WRITE_BATCH):
                     self._written.notify()
                 return
-        # A run that outlived a shutdown's wait: the writer is gone, write it here.
-        self._write([(outcome, future, 0.0)])
+        # A run that outlived a shutdown's wait: the writer is gone, write it on a thread
+        # of its own (this may be the event loop's).
+        threading.Thread(target=self._write_late, args=(outcome, future), daemon=True).start()
 
     def _write_loop(self) -> None:
         try:
             while batch := self._next_batch():
                 self._write(batch)
+        finally:
+            connections.close_all()
+
+    def _write_late(self, outcome: Outcome, future: Future[Any]) -> None:
+        try:
+            self._write([(outcome, future, 0.0)])
         finally:
             connections.close_all()
 

@@ -39,8 +39,8 @@ def load_plan_cycle() -> Callable[..., Any] | None:
 
 
 class EmbeddedScheduler:
-    def __init__(self, *, threads: int, plan_cycle: Callable[..., Any] | None = None) -> None:
-        self.dispatcher = ClaimDispatcher(threads=threads)
+    def __init__(self, *, max_in_flight: int, plan_cycle: Callable[..., Any] | None = None) -> None:
+        self.dispatcher = ClaimDispatcher(max_in_flight=max_in_flight)
         self.plan_cycle = plan_cycle
         self._last_prune = float("-inf")
 

@@ -19,6 +19,7 @@ import logging
 import time
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
+from concurrent.futures import Future
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
@@ -32,7 +33,13 @@ from django.utils import timezone
 
 from cronicorn_site.logs import log_context
 from endpoints import hot_path, metrics
-from endpoints.executor import HttpRequest, HttpResult, NetworkPolicy, perform_request
+from endpoints.executor import (
+    HttpRequest,
+    HttpResult,
+    NetworkPolicy,
+    perform_request,
+    submit_request,
+)
 from endpoints.governor import EndpointSchedule, Plan, plan_next_run
 from endpoints.hot_path import ClaimedEndpoint
 from endpoints.models import (
@@ -356,6 +363,40 @@ class Outcome:
     result: HttpResult
 
 
+@dataclass
+class Started:
+    """A run recorded as running, whose endpoint is still to be called."""
+
+    endpoint: ClaimedEndpoint
+    claim: Claim
+    run: Run
+    started: datetime
+
+    def call(self, *, policy: NetworkPolicy | None = None) -> Future[HttpResult]:
+        """Start the request on the HTTP event loop; the future resolves with its result."""
+        with self._log_context():
+            return submit_request(self._request(), policy=policy)
+
+    def call_and_wait(self, *, policy: NetworkPolicy | None = None) -> HttpResult:
+        with self._log_context():
+            return perform_request(self._request(), policy=policy)
+
+    def outcome(self, result: HttpResult) -> Outcome:
+        return Outcome(self.endpoint, self.claim, self.run, self.started, timezone.now(), result)
+
+    def _request(self) -> HttpRequest:
+        return _request_for(self.endpoint, self.endpoint.hmac_secret)
+
+    def _log_context(self) -> AbstractContextManager[None]:
+        # The executor's lines for this request carry the run's ids too.
+        return log_context(
+            endpoint_id=self.claim.endpoint_id,
+            claim_token=str(self.claim.claim_token),
+            run_id=self.run.pk,
+            source=self.claim.source,
+        )
+
+
 def execute_claim(claim: Claim, *, policy: NetworkPolicy | None = None) -> Run | None:
     """Run one claim: record the Run, call the endpoint, finish the Run, reschedule.
 
@@ -374,31 +415,92 @@ def call_claim(claim: Claim, *, policy: NetworkPolicy | None = None) -> Outcome 
 
     Returns the ``Outcome`` to hand to ``record_outcomes``; or the Run, already recorded,
     when a scheduler error cut it short; or None for a stale claim (nothing done).
-    The dispatcher calls the halves separately so that it can write the outcomes of runs
-    finishing together in one transaction.
     """
-    try:
-        started = _wait_for_slot(claim.scheduled_for)
-        endpoint = _load_claimed(claim, started)
-        if endpoint is None:
-            return None
-        run = _start_run(endpoint, claim, started)
-    except Exception:
-        _log(logging.ERROR, "could not start the run; the lease will expire", claim=claim, exc=True)
+    [started] = start_claims([claim])
+    if started is None:
         return None
     try:
-        # The executor's lines for this request carry the run's ids too.
-        with log_context(
-            endpoint_id=claim.endpoint_id,
-            claim_token=str(claim.claim_token),
-            run_id=run.pk,
-            source=claim.source,
-        ):
-            result = perform_request(_request_for(endpoint, endpoint.hmac_secret), policy=policy)
+        result = started.call_and_wait(policy=policy)
     except Exception as exc:
-        _recover(endpoint, claim, run, started, exc)
-        return run
-    return Outcome(endpoint, claim, run, started, timezone.now(), result)
+        _recover(started.endpoint, claim, started.run, started.started, exc)
+        return started.run
+    return started.outcome(result)
+
+
+def start_claims(claims: Sequence[Claim]) -> list[Started | None]:
+    """Record the Runs of claims that start together, before their requests.
+
+    The endpoints are read in one query and the Runs of scheduled slots inserted in one
+    statement (the dispatcher starts what is due together: under load, many). For each
+    claim, its ``Started``, or None when there is nothing to run: a stale claim (its token
+    no longer on the endpoint), an endpoint paused or archived since the claim (its lease
+    released), or an error (logged; the lease expires).
+    """
+    try:
+        now = _wait_for_slot(max(claim.scheduled_for for claim in claims))
+        endpoints = hot_path.load_endpoints([claim.endpoint_id for claim in claims])
+    except Exception:
+        for claim in claims:
+            _log(
+                logging.ERROR,
+                "could not start the run; the lease will expire",
+                claim=claim,
+                exc=True,
+            )
+        return [None] * len(claims)
+    started: list[Started | None] = [None] * len(claims)
+    ready = []
+    for index, claim in enumerate(claims):
+        try:
+            endpoint = _runnable(claim, endpoints.get(claim.endpoint_id), now)
+        except Exception:
+            _log(
+                logging.ERROR,
+                "could not start the run; the lease will expire",
+                claim=claim,
+                exc=True,
+            )
+            continue
+        if endpoint is not None:
+            ready.append((index, endpoint, claim))
+    slots = [(i, e, c) for i, e, c in ready if c.trigger == RunTrigger.SCHEDULED]
+    inserted: dict[int, Run] = {}
+    if len(slots) > 1:
+        inserted = _insert_runs_of_slots(slots, now)
+    for index, endpoint, claim in ready:
+        run = inserted.get(index)
+        if run is None:
+            try:
+                run = _start_run(endpoint, claim, now)
+            except Exception:
+                _log(
+                    logging.ERROR,
+                    "could not start the run; the lease will expire",
+                    claim=claim,
+                    exc=True,
+                )
+                continue
+        started[index] = Started(endpoint, claim, run, now)
+    return started
+
+
+def _insert_runs_of_slots(
+    slots: Sequence[tuple[int, ClaimedEndpoint, Claim]], now: datetime
+) -> dict[int, Run]:
+    """The Runs of several scheduled slots in one statement, by claim index. A slot that
+    already has a Run (a reclaimed lease), or a statement that fails, is left to
+    ``_start_run``, one by one."""
+    fields = [_run_fields(endpoint, claim, now) for _index, endpoint, claim in slots]
+    try:
+        with _statement_guard():
+            ids = hot_path.insert_runs_of_slots(fields)
+    except DatabaseError:
+        return {}
+    return {
+        index: Run(pk=run_id, **values)
+        for (index, _endpoint, _claim), values, run_id in zip(slots, fields, ids, strict=True)
+        if run_id is not None
+    }
 
 
 def record_outcomes(outcomes: Sequence[Outcome]) -> None:
@@ -477,10 +579,11 @@ def _wait_for_slot(scheduled_for: datetime) -> datetime:
     return now
 
 
-def _load_claimed(claim: Claim, now: datetime) -> ClaimedEndpoint | None:
-    """Read the endpoint once, only if the claim is still ours, and still meant to run."""
-    endpoint = hot_path.load_endpoint(claim.endpoint_id, claim_token=claim.claim_token)
-    if endpoint is None:
+def _runnable(
+    claim: Claim, endpoint: ClaimedEndpoint | None, now: datetime
+) -> ClaimedEndpoint | None:
+    """The endpoint if the claim is still ours and still meant to run."""
+    if endpoint is None or endpoint.claim_token != claim.claim_token:
         _log(logging.INFO, "stale claim: the lease is no longer ours; nothing done", claim=claim)
         return None
     reason = _why_not_runnable(endpoint, now)
@@ -538,21 +641,7 @@ def _start_run(endpoint: ClaimedEndpoint, claim: Claim, started: datetime) -> Ru
     Scheduled slots are unique in the database (``endpoints_run_one_per_slot``), so the
     common case is one insert; only a reclaimed slot (lost lease) pays for a lookup.
     """
-    fields: dict[str, Any] = {
-        "endpoint_id": endpoint.pk,
-        "trigger": claim.trigger,
-        "source": claim.source,
-        "scheduled_for": claim.scheduled_for,
-        "started_at": started,
-        "status": RunStatus.RUNNING,
-        "claim_token": claim.claim_token,
-        "lease_expires_at": endpoint.locked_until,
-        "request_method": endpoint.method,
-        "request_url": endpoint.url,
-        "attempt": 1,
-        "response_truncated": False,
-        "error": "",
-    }
+    fields = _run_fields(endpoint, claim, started)
     previous = None
     if claim.trigger != RunTrigger.SCHEDULED:
         previous = _latest_attempt(endpoint.pk, claim.scheduled_for)
@@ -569,6 +658,25 @@ def _start_run(endpoint: ClaimedEndpoint, claim: Claim, started: datetime) -> Ru
     run = Run.objects.create(**fields)
     _log(logging.WARNING, f"retrying run {previous.pk}", claim=claim, run_id=run.pk)
     return run
+
+
+def _run_fields(endpoint: ClaimedEndpoint, claim: Claim, started: datetime) -> dict[str, Any]:
+    """The columns of a Run as it starts."""
+    return {
+        "endpoint_id": endpoint.pk,
+        "trigger": claim.trigger,
+        "source": claim.source,
+        "scheduled_for": claim.scheduled_for,
+        "started_at": started,
+        "status": RunStatus.RUNNING,
+        "claim_token": claim.claim_token,
+        "lease_expires_at": endpoint.locked_until,
+        "request_method": endpoint.method,
+        "request_url": endpoint.url,
+        "attempt": 1,
+        "response_truncated": False,
+        "error": "",
+    }
 
 
 def _latest_attempt(endpoint_id: int, scheduled_for: datetime) -> Run | None:

@@ -54,7 +54,7 @@ def dispatcher() -> ClaimDispatcher:
     global _dispatcher
     with _dispatcher_lock:
         if _dispatcher is None:
-            _dispatcher = ClaimDispatcher(threads=settings.CRONICORN_EXECUTOR_THREADS)
+            _dispatcher = ClaimDispatcher(max_in_flight=settings.CRONICORN_MAX_IN_FLIGHT)
         return _dispatcher
 
 

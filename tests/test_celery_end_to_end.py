@@ -56,7 +56,7 @@ def test_a_claim_survives_the_trip_through_a_message():
 @pytest.mark.django_db(transaction=True)
 def test_a_one_second_endpoint_runs_ten_times_in_ten_seconds_each_on_time(make_endpoint, tmp_path):
     clear_broker()
-    env = process_env(DATABASE_URL=child_database_url(), CRONICORN_EXECUTOR_THREADS="4")
+    env = process_env(DATABASE_URL=child_database_url(), CRONICORN_MAX_IN_FLIGHT="4")
     worker, name = celery_worker(["tick", "execute"])
     with (
         TargetServer() as target,

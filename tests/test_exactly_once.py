@@ -49,7 +49,7 @@ def tick_loop(seconds: float) -> list[str]:
 
 def test_three_tick_loops_and_two_workers_run_500_endpoints_exactly_once_per_slot(job, tmp_path):
     clear_broker()
-    env = process_env(DATABASE_URL=child_database_url(), CRONICORN_EXECUTOR_THREADS="16")
+    env = process_env(DATABASE_URL=child_database_url(), CRONICORN_MAX_IN_FLIGHT="16")
     window = 30 * S
     with TargetServer() as target:
         endpoints = Endpoint.objects.bulk_create(
@@ -135,7 +135,7 @@ def test_a_worker_killed_mid_request_loses_the_run_and_the_slot_runs_again_after
     env = process_env(
         DATABASE_URL=child_database_url(),
         CRONICORN_LEASE_GRACE_SECONDS="1",
-        CRONICORN_EXECUTOR_THREADS="2",
+        CRONICORN_MAX_IN_FLIGHT="2",
     )
     with TargetServer() as target:
         target.reply("/hang", delay=30)

@@ -3,18 +3,21 @@
 from __future__ import annotations
 
 import threading
+import uuid
 from datetime import timedelta
 
 import pytest
 from django.db import connection, connections
 from django.utils import timezone
 
+from endpoints import scheduling
 from endpoints.models import Endpoint, Run, RunStatus, RunTrigger, Source
 from endpoints.scheduling import (
     Claim,
     apply_hint,
     claim_due_endpoints,
     execute_claim,
+    start_claims,
 )
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("loopback_allowed")]
@@ -207,6 +210,53 @@ def test_a_reclaimed_slot_after_a_lost_run_is_a_retry_of_it(make_endpoint, targe
     assert dead.status == RunStatus.LOST
     assert "lease expired" in dead.error
     assert execute_claim(first) is None  # the dead worker's message, redelivered
+
+
+def test_claims_started_together_each_get_their_own_run_or_nothing(
+    make_endpoint, target, monkeypatch
+):
+    """One start for five claims: two fresh slots (inserted in one statement), a slot
+    whose earlier run was lost (a retry of it), a stale claim and a paused endpoint."""
+    fresh_a, fresh_b, reclaimed, stale, paused = (
+        make_endpoint(url=target.url(f"/{name}"), timeout_ms=1_000)
+        for name in ("a", "b", "reclaimed", "stale", "paused")
+    )
+    now = timezone.now()
+    Endpoint.objects.update(next_run_at=now, next_run_source=Source.BASELINE_INTERVAL)
+    claims = {c.endpoint_id: c for c in claim_due_endpoints(now=now, limit=10, horizon_ms=0)}
+    dead = Run.objects.create(  # a worker died in this slot and its lease ran out
+        endpoint=reclaimed,
+        scheduled_for=claims[reclaimed.pk].scheduled_for,
+        started_at=now - S,
+        claim_token=claims[reclaimed.pk].claim_token,
+        lease_expires_at=now,
+    )
+    Endpoint.objects.filter(pk=stale.pk).update(claim_token=uuid.uuid4())
+    Endpoint.objects.filter(pk=paused.pk).update(paused_until=now + timedelta(hours=1))
+
+    one_by_one: list[int] = []
+    start_one = scheduling._start_run
+    monkeypatch.setattr(
+        scheduling,
+        "_start_run",
+        lambda endpoint, *rest: one_by_one.append(endpoint.pk) or start_one(endpoint, *rest),
+    )
+
+    started = start_claims([claims[e.pk] for e in (fresh_a, fresh_b, reclaimed, stale, paused)])
+
+    assert [s is not None for s in started] == [True, True, True, False, False]
+    runs = {s.run.endpoint_id: Run.objects.get(pk=s.run.pk) for s in started if s is not None}
+    assert [runs[e.pk].trigger for e in (fresh_a, fresh_b)] == [RunTrigger.SCHEDULED] * 2
+    assert all(run.status == RunStatus.RUNNING for run in runs.values())
+    retry = runs[reclaimed.pk]
+    assert (retry.trigger, retry.attempt, retry.retry_of_id) == (RunTrigger.RETRY, 2, dead.pk)
+    dead.refresh_from_db()
+    assert dead.status == RunStatus.LOST
+    assert not Run.objects.filter(endpoint__in=[stale, paused]).exists()
+    paused.refresh_from_db()
+    assert paused.claim_token is None  # the paused endpoint's lease is released at once
+    assert target.hits() == []  # starting records runs; nothing is called yet
+    assert one_by_one == [reclaimed.pk]  # the fresh slots were inserted together
 
 
 def test_a_body_the_database_refuses_is_dropped_and_the_run_still_recorded(make_endpoint, target):

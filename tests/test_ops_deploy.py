@@ -159,7 +159,7 @@ def test_every_routed_queue_has_a_worker_and_the_execute_worker_uses_threads() -
             consumed |= set(option(command, "-Q").split(","))
     assert consumed == routed_queues()
     execute = service_command(services["worker-execute"], {"CRONICORN_EXECUTE_CONCURRENCY": "9"})
-    assert option(execute, "-P", "--pool") in {"threads", "gevent"}
+    assert option(execute, "-P", "--pool") == "threads"  # requests run on its event loop
     assert option(execute, "-c", "--concurrency") == "9"
 
 

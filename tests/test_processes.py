@@ -109,7 +109,7 @@ def process_env(process_database: str, tmp_path: Path) -> dict[str, str]:
         CRONICORN_LOG_FORMAT="json",
         CRONICORN_LOG_LEVEL="DEBUG",
         CRONICORN_EXECUTE_CONCURRENCY="4",
-        CRONICORN_EXECUTOR_THREADS="4",
+        CRONICORN_MAX_IN_FLIGHT="4",
         PORT=str(port),
         # gunicorn binds 0.0.0.0:$PORT by default; loopback is enough here.
         GUNICORN_CMD_ARGS=f"--bind 127.0.0.1:{port}",

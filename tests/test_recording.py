@@ -90,19 +90,19 @@ class Recorder:
             return {pk for batch in self.batches for pk in batch}
 
 
+def _outcomes(claims: list[Claim]) -> list[Outcome]:
+    """Stands in for starting and calling: each claim's outcome, at once."""
+    return [_outcome(claim) for claim in claims]
+
+
 def test_outcomes_finishing_together_share_one_write_and_resolve_after_it(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setattr(dispatch, "WRITE_LINGER", 0.5)  # room for a slow CI machine
     recorder = Recorder()
     early: list[int] = []  # futures that resolved before their run was written
-    everyone_called = threading.Barrier(4)
 
-    def call(claim: Claim) -> Outcome:
-        everyone_called.wait(timeout=10)  # the four finish at the same moment
-        return _outcome(claim)
-
-    dispatcher = ClaimDispatcher(threads=4, call=call, record=recorder)
+    dispatcher = ClaimDispatcher(max_in_flight=4, start=_outcomes, record=recorder)
     try:
         futures = [dispatcher.submit(_claim(k)) for k in range(1, 5)]
         for future in futures:
@@ -117,10 +117,36 @@ def test_outcomes_finishing_together_share_one_write_and_resolve_after_it(
     assert early == []
 
 
+def test_claims_due_together_are_started_together_within_the_in_flight_bound(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(dispatch, "WRITE_LINGER", 0.0)
+    starts: list[int] = []
+    in_flight: list[int] = []
+    gate = threading.Event()
+
+    def start(claims: list[Claim]) -> list[Outcome]:
+        gate.wait(timeout=10)  # the first batch holds its starter until all are queued
+        starts.append(len(claims))
+        in_flight.append(dispatcher.in_flight)
+        return _outcomes(claims)
+
+    dispatcher = ClaimDispatcher(max_in_flight=30, start=start, record=Recorder())
+    try:
+        futures = [dispatcher.submit(_claim(k)) for k in range(1, 101)]
+        gate.set()
+        assert all(future.result(timeout=10) for future in futures)
+    finally:
+        dispatcher.shutdown(timeout=5)
+    assert sum(starts) == 100
+    assert max(starts) > 1  # due together, started together
+    assert max(starts) <= 30 and max(in_flight) <= 30  # never more in flight than allowed
+
+
 def test_a_write_carries_at_most_a_batch(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(dispatch, "WRITE_LINGER", 0.5)  # everything arrives within it
     recorder = Recorder()
-    dispatcher = ClaimDispatcher(threads=4, call=_outcome, record=recorder)
+    dispatcher = ClaimDispatcher(max_in_flight=200, start=_outcomes, record=recorder)
     try:
         futures = [dispatcher.submit(_claim(k)) for k in range(1, 121)]
         assert all(future.result(timeout=10) for future in futures)
@@ -137,11 +163,12 @@ def test_shutdown_writes_what_is_waiting_without_lingering(monkeypatch: pytest.M
     recorder = Recorder()
     called = threading.Semaphore(0)
 
-    def call(claim: Claim) -> Outcome:
-        called.release()
-        return _outcome(claim)
+    def start(claims: list[Claim]) -> list[Outcome]:
+        for _claim in claims:
+            called.release()
+        return _outcomes(claims)
 
-    dispatcher = ClaimDispatcher(threads=2, call=call, record=recorder)
+    dispatcher = ClaimDispatcher(max_in_flight=4, start=start, record=recorder)
     futures = [dispatcher.submit(_claim(k)) for k in range(1, 4)]
     for _ in futures:
         assert called.acquire(timeout=10)
@@ -157,7 +184,7 @@ def test_a_failing_write_still_resolves_every_future(monkeypatch: pytest.MonkeyP
     def broken(outcomes: list[Any]) -> None:
         raise RuntimeError("database gone")
 
-    dispatcher = ClaimDispatcher(threads=2, call=_outcome, record=broken)
+    dispatcher = ClaimDispatcher(max_in_flight=4, start=_outcomes, record=broken)
     try:
         futures = [dispatcher.submit(_claim(k)) for k in range(1, 4)]
         assert sorted(future.result(timeout=10).pk for future in futures) == [1, 2, 3]

@@ -32,7 +32,7 @@ S = timedelta(seconds=1)
 
 @pytest.fixture
 def scheduler():
-    embedded = EmbeddedScheduler(threads=4)
+    embedded = EmbeddedScheduler(max_in_flight=4)
     yield embedded
     embedded.shutdown(timeout=10)
 
@@ -84,7 +84,7 @@ def test_a_failing_planner_never_stops_the_scheduler(make_endpoint, target, capl
         calls.append(now)
         raise RuntimeError("the model is down")
 
-    embedded = EmbeddedScheduler(threads=2, plan_cycle=broken_plan_cycle)
+    embedded = EmbeddedScheduler(max_in_flight=2, plan_cycle=broken_plan_cycle)
     make_endpoint(url=target.url("/"), next_run_at=timezone.now() + 0.5 * S)
     stop = threading.Event()
     try:
@@ -153,7 +153,7 @@ def test_runscheduler_on_sqlite_runs_a_one_second_endpoint_ten_times_in_ten_seco
     tmp_path, target
 ):
     database = tmp_path / "cronicorn.sqlite3"
-    env = process_env(DATABASE_URL=f"sqlite:///{database}", CRONICORN_EXECUTOR_THREADS="4")
+    env = process_env(DATABASE_URL=f"sqlite:///{database}", CRONICORN_MAX_IN_FLIGHT="4")
     subprocess.run(manage("migrate", "-v", "0"), env=env, check=True, timeout=120)
     setup = SETUP_SQLITE_ENDPOINT.format(url=target.url("/sqlite"))
     made = subprocess.run(manage("shell", "-c", setup), env=env, check=True, capture_output=True)
@@ -198,7 +198,7 @@ def test_runscheduler_on_sqlite_runs_a_one_second_endpoint_ten_times_in_ten_seco
 def test_runscheduler_with_a_duration_exits_cleanly_after_it(tmp_path):
     env = process_env(DATABASE_URL=child_database_url())
     finished = subprocess.run(
-        manage("runscheduler", "--duration", "1", "--threads", "2"),
+        manage("runscheduler", "--duration", "1", "--max-in-flight", "2"),
         env=env,
         capture_output=True,
         timeout=60,

@@ -216,7 +216,7 @@ def test_trap_08_runs_of_one_tick_execute_concurrently_and_each_lease_covers_its
     endpoints = [
         make_endpoint(url=target.url("/slow"), timeout_ms=2_000, next_run_at=now) for _ in range(20)
     ]
-    scheduler = EmbeddedScheduler(threads=20)
+    scheduler = EmbeddedScheduler(max_in_flight=20)
     try:
         assert scheduler.tick_once(now=now)
         # While the batch runs, no endpoint can be claimed a second time.
@@ -245,7 +245,7 @@ def test_trap_09_one_bad_endpoint_does_not_abort_the_rest_of_the_batch(
     Endpoint.objects.filter(pk=corrupt.pk).update(baseline_cron="garbage")
     nul = make_endpoint(url=target.url("/nul"), next_run_at=now)
     unreachable = make_endpoint(url="http://127.0.0.1:9/", next_run_at=now)
-    scheduler = EmbeddedScheduler(threads=4)
+    scheduler = EmbeddedScheduler(max_in_flight=4)
     try:
         scheduler.tick_once(now=now)
         # An extra, bogus claim in the same batch (a deleted endpoint) is simply stale.

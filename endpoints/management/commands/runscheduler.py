@@ -45,14 +45,16 @@ class Command(BaseCommand):
             help="Run this long, then shut down as on SIGTERM (for demos and tests).",
         )
         parser.add_argument(
-            "--threads",
+            "--max-in-flight",
             type=_positive(int),
-            default=settings.CRONICORN_EXECUTOR_THREADS,
-            help="Runs in flight at once (default CRONICORN_EXECUTOR_THREADS, "
-            f"{settings.CRONICORN_EXECUTOR_THREADS}).",
+            default=settings.CRONICORN_MAX_IN_FLIGHT,
+            help="Runs in flight at once (default CRONICORN_MAX_IN_FLIGHT, "
+            f"{settings.CRONICORN_MAX_IN_FLIGHT}).",
         )
 
-    def handle(self, *args: Any, duration: float | None, threads: int, **options: Any) -> None:
+    def handle(
+        self, *args: Any, duration: float | None, max_in_flight: int, **options: Any
+    ) -> None:
         stop = threading.Event()
 
         def request_stop(signum: int, frame: FrameType | None) -> None:
@@ -63,8 +65,8 @@ class Command(BaseCommand):
         signal.signal(signal.SIGTERM, request_stop)
         signal.signal(signal.SIGINT, request_stop)
 
-        scheduler = EmbeddedScheduler(threads=threads, plan_cycle=load_plan_cycle())
-        logger.info("scheduler started: %d execution thread(s)", threads)
+        scheduler = EmbeddedScheduler(max_in_flight=max_in_flight, plan_cycle=load_plan_cycle())
+        logger.info("scheduler started: at most %d run(s) in flight", max_in_flight)
         scheduler.run(stop, duration=duration)
         timeout = settings.CRONICORN_SHUTDOWN_TIMEOUT_SECONDS
         if scheduler.shutdown(timeout=timeout):

@@ -39,15 +39,14 @@ class Command(BaseCommand):
 
 
 def execute_all(claims: list[Claim]) -> list[Run]:
-    """Run the claims as runscheduler does (each at its scheduled time, on a thread
-    pool) and wait for all of them; each run is bounded by its endpoint's timeout."""
+    """Run the claims as runscheduler does (each at its scheduled time, on a
+    dispatcher) and wait for all of them; each run is bounded by its endpoint's timeout."""
     if not claims:
         return []
-    threads = min(len(claims), settings.CRONICORN_EXECUTOR_THREADS)
-    dispatcher = ClaimDispatcher(threads=threads)
+    dispatcher = ClaimDispatcher(max_in_flight=settings.CRONICORN_MAX_IN_FLIGHT)
     futures = [dispatcher.submit(claim) for claim in claims]
     started = [run.pk for run in (future.result() for future in futures) if run is not None]
-    # Every run is written; the threads only have to close their connections and exit.
+    # Every run is written; its threads only have to close their connections and exit.
     dispatcher.shutdown(timeout=10)
     # execute_claim hands back the Run as it started; read how each one finished.
     finished = Run.objects.filter(pk__in=started).select_related("endpoint__job")
