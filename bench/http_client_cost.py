@@ -1,19 +1,18 @@
-"""What one HTTP request costs the process that makes it, by client shape: the lead for
-the throughput target (bench/README.md, "What limits them").
+"""What one HTTP request costs the process that makes it, by client shape: why the
+executor runs its requests on an aiohttp event loop (bench/README.md).
 
 Against the fast local server, ``--n`` GETs each way, ``--concurrency`` at a time:
 
-- ``perform_request``, one thread, then on ``--concurrency`` threads (the executor as the
-  dispatcher uses it: SSRF guard, deadline, size cap, JSON parsing);
-- a bare ``httpcore.ConnectionPool`` on the same threads (the client without our
-  executor around it);
-- on one asyncio event loop, ``--concurrency`` requests in flight (what-if: requests off
-  the thread pool): a bare ``httpcore.AsyncConnectionPool``, and ``aiohttp`` (a dev
-  dependency for this measurement only).
+- the executor (SSRF guard, deadline, size cap, JSON parsing; its requests run on the
+  process's event loop): ``submit_request`` with ``--concurrency`` in flight, as the
+  dispatcher calls it; ``perform_request`` blocking one thread, then ``--concurrency``
+  threads;
+- bare clients without our executor around them: ``httpcore.ConnectionPool`` on
+  threads (the executor's client until session 3), ``httpcore.AsyncConnectionPool``
+  and ``aiohttp`` on an asyncio event loop.
 
 Reports requests/s and CPU ms per request of this process (the server's own CPU is not
-counted). The bare clients do no SSRF check, deadline or size cap: they bound what an
-event-loop executor could save, they are not one.
+counted). The bare clients do no SSRF check, deadline or size cap.
 
     .venv/bin/python bench/http_client_cost.py [--n 4000] [--concurrency 16]
 """
@@ -25,7 +24,7 @@ import asyncio
 import sys
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 import httpcore
@@ -53,6 +52,17 @@ def on_threads(n: int, threads: int, one: Callable[[], Any]) -> Callable[[], Non
         with ThreadPoolExecutor(threads) as pool:
             for _ in pool.map(lambda _: one(), range(n)):
                 pass
+
+    return run
+
+
+def on_submit(n: int, concurrency: int, submit: Callable[[], Future[Any]]) -> Callable[[], None]:
+    def run() -> None:
+        for start in range(0, n, concurrency):
+            futures = [submit() for _ in range(min(concurrency, n - start))]
+            for future in futures:
+                if future.result().status != "success":
+                    raise RuntimeError(future.result().error)
 
     return run
 
@@ -103,7 +113,7 @@ def main() -> None:
 
     url = sqlite_url("http_client_cost")  # Django only for the executor's settings
     setup_django(url)
-    from endpoints.executor import HttpRequest, NetworkPolicy, perform_request
+    from endpoints.executor import HttpRequest, NetworkPolicy, perform_request, submit_request
 
     with Processes(bench_env(url)) as procs:
         port = free_port()
@@ -126,7 +136,9 @@ def main() -> None:
                 raise RuntimeError(f"HTTP {response.status}")
 
         n, c = args.n, args.concurrency
+        submitted = on_submit(n, c, lambda: submit_request(request, policy=policy))
         rows = [
+            timed("submit_request, in flight", n, c, submitted),
             timed("perform_request, 1 thread", n, 1, on_threads(n, 1, executor)),
             timed("perform_request, threads", n, c, on_threads(n, c, executor)),
             timed("bare httpcore, threads", n, c, on_threads(n, c, bare)),
