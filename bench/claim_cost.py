@@ -12,10 +12,13 @@ between repetitions). Further scenarios on the 1 000 000 table:
   index ``endpoints_endpoint_claimable`` avoids), to show what the design saves;
 - ``--what-if``: the claim's UPDATE statement alone (EXPLAIN ANALYZE, rolled back) with
   and without the two indexes of leased rows, to price the index entries every claimed
-  row gets (see bench/README.md).
+  row gets; and the same statement on a narrow copy of the scheduling columns (a
+  scratch table with the claim's three indexes), to price a schema that keeps them
+  apart from the wide endpoint row (see bench/README.md).
 
-Baseline in the same run: a plain ``SELECT ... ORDER BY next_run_at LIMIT 1000`` by the
-same index, and the claim among 10 000.
+Baselines in the same run: a plain ``SELECT ... ORDER BY next_run_at LIMIT 1000`` by the
+same index; a bare ``UPDATE`` of the same 1 000 rows by id, setting the same two
+columns (the floor: what writing those rows costs at all); and the claim among 10 000.
 
     .venv/bin/python bench/claim_cost.py [--sizes 10000,1000000] [--reps 15] [--what-if]
 """
@@ -68,6 +71,29 @@ WHERE id %% %(every)s = 1
 # design option: without them the release of expired leases scans the whole table.
 LEASED_INDEXES = ("endpoints_endpoint_leased", "endpoints_endpoint_job_leased")
 
+# The floor of a claim: the same rows, the same columns set, found by primary key.
+BARE_UPDATE = """
+UPDATE endpoints_endpoint
+SET claim_token = gen_random_uuid(), locked_until = now() + INTERVAL '1 minute'
+WHERE id = ANY(%(ids)s)
+"""
+RELEASE = """
+UPDATE endpoints_endpoint SET claim_token = NULL, locked_until = NULL WHERE id = ANY(%(ids)s)
+"""
+
+# What-if: the scheduling columns in a narrow table of their own, with the claim's
+# indexes (claimable, leased, per-job leased); the claim statement is the product's
+# with only the table and key names changed.
+NARROW_COPY = """
+CREATE TABLE bench_narrow_slot AS SELECT id AS endpoint_id, job_id, next_run_at, next_run_source,
+    claim_token, locked_until, archived_at, paused_until, timeout_ms FROM endpoints_endpoint;
+ALTER TABLE bench_narrow_slot ADD PRIMARY KEY (endpoint_id);
+CREATE INDEX bench_narrow_claimable ON bench_narrow_slot (next_run_at)
+    WHERE archived_at IS NULL AND claim_token IS NULL;
+CREATE INDEX bench_narrow_leased ON bench_narrow_slot (locked_until) WHERE claim_token IS NOT NULL;
+CREATE INDEX bench_narrow_job_leased ON bench_narrow_slot (job_id) WHERE claim_token IS NOT NULL
+"""
+
 BASELINE_SELECT = """
 SELECT c.id FROM endpoints_endpoint AS c JOIN endpoints_job AS j ON j.id = c.job_id
 WHERE c.archived_at IS NULL AND c.claim_token IS NULL AND c.next_run_at <= %(due_by)s
@@ -106,9 +132,9 @@ def populate(size: int, due: int, t0: datetime) -> float:
     return time.perf_counter() - started
 
 
-def vacuum() -> None:
-    execute("VACUUM ANALYZE endpoints_endpoint")
-    execute("VACUUM ANALYZE endpoints_job")
+def vacuum(*tables: str) -> None:
+    for table in tables or ("endpoints_endpoint", "endpoints_job"):
+        execute(f"VACUUM ANALYZE {table}")
 
 
 def time_claims(reps: int, due: int) -> tuple[list[float], list[int]]:
@@ -123,16 +149,29 @@ def time_claims(reps: int, due: int) -> tuple[list[float], list[int]]:
         started = time.perf_counter()
         claims = claim_due_endpoints(now=now, limit=due, horizon_ms=HORIZON_MS)
         elapsed = time.perf_counter() - started
-        ids = [claim.endpoint_id for claim in claims]
-        execute(
-            "UPDATE endpoints_endpoint SET claim_token = NULL, locked_until = NULL "
-            "WHERE id = ANY(%(ids)s)",
-            {"ids": ids},
-        )
+        execute(RELEASE, {"ids": [claim.endpoint_id for claim in claims]})
         if rep >= 2:
             samples.append(elapsed)
             counts.append(len(claims))
     return samples, counts
+
+
+def time_bare_update(reps: int, due: int) -> list[float]:
+    """The rows a claim would take, updated by id (after two unrecorded warm-ups)."""
+    from django.utils import timezone
+
+    now = timezone.now()
+    params = {"now": now, "due_by": now + timedelta(milliseconds=HORIZON_MS), "limit": due}
+    ids = [row[0] for row in execute(BASELINE_SELECT, params)]
+    samples = []
+    for rep in range(reps + 2):
+        started = time.perf_counter()
+        execute(BARE_UPDATE, {"ids": ids})
+        elapsed = time.perf_counter() - started
+        execute(RELEASE, {"ids": ids})
+        if rep >= 2:
+            samples.append(elapsed)
+    return samples
 
 
 def time_select(reps: int, due: int) -> list[float]:
@@ -149,9 +188,10 @@ def time_select(reps: int, due: int) -> list[float]:
     return samples
 
 
-def explain_claim(due: int, *, drop: tuple[str, ...] = ()) -> str:
+def explain_claim(due: int, *, drop: tuple[str, ...] = (), narrow: bool = False) -> str:
     """EXPLAIN ANALYZE of the claim's main statement, rolled back (with the indexes in
-    ``drop`` dropped inside the same transaction, so they come back)."""
+    ``drop`` dropped inside the same transaction, so they come back); ``narrow``: on the
+    narrow copy instead."""
     from django.conf import settings
     from django.db import transaction
     from django.utils import timezone
@@ -168,7 +208,15 @@ def explain_claim(due: int, *, drop: tuple[str, ...] = ()) -> str:
     with transaction.atomic():
         for name in drop:
             execute(f"DROP INDEX {name}")
-        explain = "EXPLAIN (ANALYZE, BUFFERS, COSTS OFF) " + scheduling._PG_CLAIM_UNLIMITED
+        statement = scheduling._PG_CLAIM_UNLIMITED
+        if narrow:
+            statement = (
+                statement.replace("endpoints_endpoint AS", "bench_narrow_slot AS")
+                .replace("SELECT c.id FROM", "SELECT c.endpoint_id AS id FROM")
+                .replace("WHERE e.id = picked.id", "WHERE e.endpoint_id = picked.id")
+                .replace("RETURNING e.id,", "RETURNING e.endpoint_id,")
+            )
+        explain = "EXPLAIN (ANALYZE, BUFFERS, COSTS OFF) " + statement
         rows = execute(explain, params)
         transaction.set_rollback(True)
     return "\n".join(row[0] for row in rows)
@@ -185,6 +233,7 @@ def scenario(
         prepare()
     claim_samples, counts = time_claims(reps, due)
     select_samples = time_select(reps, due)
+    bare_samples = time_bare_update(reps, due)
     row = {
         "scenario": label,
         "endpoints": size,
@@ -192,11 +241,13 @@ def scenario(
         "claimed_per_rep": sorted(set(counts)),
         "claim": summary_ms(claim_samples),
         "plain_select": summary_ms(select_samples),
+        "bare_update": summary_ms(bare_samples),
         "load": load(),
     }
     print(
         f"  {label}: claim median {row['claim']['median_ms']} ms, "
-        f"select {row['plain_select']['median_ms']} ms (load {row['load']})"
+        f"select {row['plain_select']['median_ms']} ms, "
+        f"bare update {row['bare_update']['median_ms']} ms (load {row['load']})"
     )
     return row
 
@@ -263,21 +314,28 @@ def run(sizes: list[int], due: int, in_flight: int, reps: int, what_if: bool) ->
 
 
 def what_if_no_leased_indexes(label: str, reps: int, due: int) -> dict[str, Any]:
-    """The UPDATE statement alone (EXPLAIN ANALYZE, rolled back), with and without the
-    leased-row indexes, alternating."""
-    as_is, without = [], []
+    """The UPDATE statement alone (EXPLAIN ANALYZE, rolled back): as is, without the
+    leased-row indexes, and on the narrow copy, alternating."""
+    for statement in NARROW_COPY.split(";"):
+        execute(statement)
+    vacuum("bench_narrow_slot")
+    as_is, without, narrow = [], [], []
     for _ in range(reps):
         as_is.append(statement_ms(explain_claim(due)))
         without.append(statement_ms(explain_claim(due, drop=LEASED_INDEXES)))
+        narrow.append(statement_ms(explain_claim(due, narrow=True)))
+    execute("DROP TABLE bench_narrow_slot")
     row = {
         "scenario": f"what-if, the UPDATE alone: {label}",
         "as_is_ms": round(statistics.median(as_is), 2),
         "without_leased_indexes_ms": round(statistics.median(without), 2),
+        "narrow_table_ms": round(statistics.median(narrow), 2),
         "load": load(),
     }
     print(
         f"  the claim's UPDATE alone, median of {reps}: {row['as_is_ms']} ms; without the two "
-        f"leased-row indexes: {row['without_leased_indexes_ms']} ms"
+        f"leased-row indexes: {row['without_leased_indexes_ms']} ms; on a narrow table of "
+        f"the scheduling columns: {row['narrow_table_ms']} ms"
     )
     return row
 
@@ -287,7 +345,7 @@ def report(result: dict[str, Any]) -> None:
     base = rows[0]["claim"]["median_ms"]
     table = []
     for row in rows:
-        claim, select = row["claim"], row["plain_select"]
+        claim, select, bare = row["claim"], row["plain_select"], row["bare_update"]
         table.append(
             [
                 row["scenario"],
@@ -296,6 +354,8 @@ def report(result: dict[str, Any]) -> None:
                 claim["p95_ms"],
                 select["median_ms"],
                 round(claim["median_ms"] / select["median_ms"], 2),
+                bare["median_ms"],
+                round(claim["median_ms"] / bare["median_ms"], 2),
                 round(claim["median_ms"] / base, 2),
                 row["load"],
             ]
@@ -309,6 +369,8 @@ def report(result: dict[str, Any]) -> None:
             "claim p95 ms",
             "select med ms",
             "x select",
+            "bare update med ms",
+            "x bare update",
             "x first row",
             "load 1/5/15",
         ],

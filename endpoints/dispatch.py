@@ -206,7 +206,12 @@ class ClaimDispatcher:
             return
         for (_claim, future), item in zip(live, started, strict=True):
             if isinstance(item, Started):
-                request = item.call()
+                try:
+                    request = item.call()
+                except Exception:
+                    logger.exception("could not start the request of run %s", item.run.pk)
+                    future.set_result(item.run)  # left running: the sweep marks it lost
+                    continue
                 request.add_done_callback(functools.partial(self._called, item, future))
             elif isinstance(item, Outcome):
                 self._hand_to_writer(item, future)
@@ -218,10 +223,8 @@ class ClaimDispatcher:
         try:
             result = request.result()
         except BaseException:
-            logger.exception(
-                "the request of run %s did not complete; its lease will expire", started.run.pk
-            )
-            future.set_result(started.run)
+            logger.exception("the request of run %s did not complete", started.run.pk)
+            future.set_result(started.run)  # left running: the sweep marks it lost
             return
         self._hand_to_writer(started.outcome(result), future)
 

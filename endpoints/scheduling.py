@@ -441,47 +441,37 @@ def start_claims(claims: Sequence[Claim]) -> list[Started | None]:
         endpoints = hot_path.load_endpoints([claim.endpoint_id for claim in claims])
     except Exception:
         for claim in claims:
-            _log(
-                logging.ERROR,
-                "could not start the run; the lease will expire",
-                claim=claim,
-                exc=True,
-            )
+            _log_not_started(claim)
         return [None] * len(claims)
     started: list[Started | None] = [None] * len(claims)
-    ready = []
+    ready: dict[int, tuple[int, ClaimedEndpoint, Claim]] = {}  # by endpoint: one run each
     for index, claim in enumerate(claims):
+        if claim.endpoint_id in ready:
+            _log(logging.WARNING, "duplicate claim in the same start; nothing done", claim=claim)
+            continue
         try:
             endpoint = _runnable(claim, endpoints.get(claim.endpoint_id), now)
         except Exception:
-            _log(
-                logging.ERROR,
-                "could not start the run; the lease will expire",
-                claim=claim,
-                exc=True,
-            )
+            _log_not_started(claim)
             continue
         if endpoint is not None:
-            ready.append((index, endpoint, claim))
-    slots = [(i, e, c) for i, e, c in ready if c.trigger == RunTrigger.SCHEDULED]
-    inserted: dict[int, Run] = {}
-    if len(slots) > 1:
-        inserted = _insert_runs_of_slots(slots, now)
-    for index, endpoint, claim in ready:
+            ready[claim.endpoint_id] = (index, endpoint, claim)
+    slots = [(i, e, c) for i, e, c in ready.values() if c.trigger == RunTrigger.SCHEDULED]
+    inserted = _insert_runs_of_slots(slots, now) if len(slots) > 1 else {}
+    for index, endpoint, claim in ready.values():
         run = inserted.get(index)
         if run is None:
             try:
                 run = _start_run(endpoint, claim, now)
             except Exception:
-                _log(
-                    logging.ERROR,
-                    "could not start the run; the lease will expire",
-                    claim=claim,
-                    exc=True,
-                )
+                _log_not_started(claim)
                 continue
         started[index] = Started(endpoint, claim, run, now)
     return started
+
+
+def _log_not_started(claim: Claim) -> None:
+    _log(logging.ERROR, "could not start the run; the lease will expire", claim=claim, exc=True)
 
 
 def _insert_runs_of_slots(

@@ -215,8 +215,9 @@ def test_a_reclaimed_slot_after_a_lost_run_is_a_retry_of_it(make_endpoint, targe
 def test_claims_started_together_each_get_their_own_run_or_nothing(
     make_endpoint, target, monkeypatch
 ):
-    """One start for five claims: two fresh slots (inserted in one statement), a slot
-    whose earlier run was lost (a retry of it), a stale claim and a paused endpoint."""
+    """One start for six claims: two fresh slots (inserted in one statement), a slot
+    whose earlier run was lost (a retry of it), a stale claim, a paused endpoint, and a
+    duplicate of the first (a redelivered message)."""
     fresh_a, fresh_b, reclaimed, stale, paused = (
         make_endpoint(url=target.url(f"/{name}"), timeout_ms=1_000)
         for name in ("a", "b", "reclaimed", "stale", "paused")
@@ -242,9 +243,11 @@ def test_claims_started_together_each_get_their_own_run_or_nothing(
         lambda endpoint, *rest: one_by_one.append(endpoint.pk) or start_one(endpoint, *rest),
     )
 
-    started = start_claims([claims[e.pk] for e in (fresh_a, fresh_b, reclaimed, stale, paused)])
+    order = (fresh_a, fresh_b, reclaimed, stale, paused, fresh_a)  # the last: a duplicate
+    started = start_claims([claims[e.pk] for e in order])
 
-    assert [s is not None for s in started] == [True, True, True, False, False]
+    assert [s is not None for s in started] == [True, True, True, False, False, False]
+    assert Run.objects.filter(endpoint=fresh_a).count() == 1
     runs = {s.run.endpoint_id: Run.objects.get(pk=s.run.pk) for s in started if s is not None}
     assert [runs[e.pk].trigger for e in (fresh_a, fresh_b)] == [RunTrigger.SCHEDULED] * 2
     assert all(run.status == RunStatus.RUNNING for run in runs.values())
