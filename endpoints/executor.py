@@ -458,7 +458,12 @@ def submit_request(
     def start() -> None:
         if not future.set_running_or_notify_cancel():
             return
-        task = client.loop.create_task(_perform_on_loop(request, client.session(policy), policy))
+        try:
+            session = client.session(policy)
+        except Exception as exc:  # the caller must hear of it, not wait forever
+            future.set_exception(exc)
+            return
+        task = client.loop.create_task(_perform_on_loop(request, session, policy))
         task.add_done_callback(functools.partial(_settle, future))
 
     client.loop.call_soon_threadsafe(start, context=contextvars.copy_context())
