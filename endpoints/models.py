@@ -489,7 +489,11 @@ class Run(models.Model):
 
     Status = RunStatus
 
-    endpoint = models.ForeignKey(Endpoint, on_delete=models.CASCADE, related_name="runs")
+    # No index of its own: endpoints_run_history and endpoints_run_one_per_slot lead with
+    # endpoint_id. Every index costs each run twice (its insert, then its finish).
+    endpoint = models.ForeignKey(
+        Endpoint, on_delete=models.CASCADE, related_name="runs", db_index=False
+    )
     trigger = models.CharField(max_length=16, choices=Trigger.choices, default=Trigger.SCHEDULED)
     source = models.CharField(max_length=32, blank=True)
     scheduled_for = models.DateTimeField()
@@ -509,7 +513,12 @@ class Run(models.Model):
     error = models.TextField(blank=True)
     attempt = models.PositiveSmallIntegerField(default=1)
     retry_of = models.ForeignKey(
-        "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="retries"
+        "self",
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="retries",
+        db_index=False,  # endpoints_run_retries holds the few runs that are retries
     )
     claim_token = models.UUIDField(null=True, blank=True)
     lease_expires_at = models.DateTimeField(null=True, blank=True)
@@ -542,6 +551,12 @@ class Run(models.Model):
             ),
             # Used by the dashboard and retention: recent runs across endpoints.
             models.Index(fields=["started_at"], name="endpoints_run_started"),
+            # Used when runs are deleted (retention), to unlink their retries.
+            models.Index(
+                fields=["retry_of"],
+                name="endpoints_run_retries",
+                condition=Q(retry_of__isnull=False),
+            ),
         ]
 
     def __str__(self) -> str:
