@@ -431,7 +431,7 @@ def start_claims(claims: Sequence[Claim]) -> list[Started | None]:
     """Record the Runs of claims that start together, before their requests.
 
     The endpoints are read in one query and the Runs of scheduled slots inserted in one
-    round trip (the dispatcher starts what is due together: under load, many). For each
+    statement (the dispatcher starts what is due together: under load, many). For each
     claim, its ``Started``, or None when there is nothing to run: a stale claim (its token
     no longer on the endpoint), an endpoint paused or archived since the claim (its lease
     released), or an error (logged; the lease expires).
@@ -477,12 +477,12 @@ def _log_not_started(claim: Claim) -> None:
 def _insert_runs_of_slots(
     slots: Sequence[tuple[int, ClaimedEndpoint, Claim]], now: datetime
 ) -> dict[int, Run]:
-    """The Runs of several scheduled slots in one round trip, by claim index. A slot that
-    already has a Run (a reclaimed lease) is left to ``_start_run``; so are all of them if
-    the insert fails (in one transaction, so nothing of it stays)."""
+    """The Runs of several scheduled slots in one statement, by claim index. A slot that
+    already has a Run (a reclaimed lease), or a statement that fails, is left to
+    ``_start_run``, one by one."""
     fields = [_run_fields(endpoint, claim, now) for _index, endpoint, claim in slots]
     try:
-        with transaction.atomic():
+        with _statement_guard():
             ids = hot_path.insert_runs_of_slots(fields)
     except DatabaseError:
         return {}

@@ -215,7 +215,7 @@ def test_a_reclaimed_slot_after_a_lost_run_is_a_retry_of_it(make_endpoint, targe
 def test_claims_started_together_each_get_their_own_run_or_nothing(
     make_endpoint, target, monkeypatch
 ):
-    """One start for six claims: two fresh slots (inserted in one round trip), a slot
+    """One start for six claims: two fresh slots (inserted in one statement), a slot
     whose earlier run was lost (a retry of it), a stale claim, a paused endpoint, and a
     duplicate of the first (a redelivered message)."""
     fresh_a, fresh_b, reclaimed, stale, paused = (
