@@ -60,7 +60,7 @@ WRITE_BATCH = 50
 Start = Callable[[list[Claim]], Sequence[Started | Outcome | Run | None]]
 
 
-def start_safely(claims: list[Claim]) -> list[Started | None]:
+def start_due_claims(claims: list[Claim]) -> list[Started | None]:
     """Record the Runs of claims due together on a starter thread."""
     close_old_connections()  # this thread's connection may have gone stale between batches
     return start_claims(claims)
@@ -76,7 +76,7 @@ class ClaimDispatcher:
         self,
         *,
         max_in_flight: int,
-        start: Start = start_safely,
+        start: Start = start_due_claims,
         record: Callable[[list[Outcome]], Any] = record,
     ) -> None:
         self._max_in_flight = max_in_flight
