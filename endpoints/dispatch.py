@@ -209,8 +209,7 @@ class ClaimDispatcher:
                 try:
                     request = item.call()
                 except Exception:
-                    logger.exception("could not start the request of run %s", item.run.pk)
-                    future.set_result(item.run)  # left running: the sweep marks it lost
+                    self._abandon(item, future, "could not start the request")
                     continue
                 request.add_done_callback(functools.partial(self._called, item, future))
             elif isinstance(item, Outcome):
@@ -223,10 +222,16 @@ class ClaimDispatcher:
         try:
             result = request.result()
         except BaseException:
-            logger.exception("the request of run %s did not complete", started.run.pk)
-            future.set_result(started.run)  # left running: the sweep marks it lost
+            self._abandon(started, future, "the request did not complete")
             return
         self._hand_to_writer(started.outcome(result), future)
+
+    @staticmethod
+    def _abandon(started: Started, future: Future[Any], why: str) -> None:
+        """Log why (with the traceback) and resolve the claim's future; the run stays
+        running until the sweep marks it lost after its lease."""
+        logger.exception("%s for run %s", why, started.run.pk)
+        future.set_result(started.run)
 
     def _hand_to_writer(self, outcome: Outcome, future: Future[Any]) -> None:
         with self._written:

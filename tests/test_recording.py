@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import threading
 import uuid
+from concurrent.futures import Future
 from datetime import timedelta
 from typing import Any
 
@@ -17,6 +18,7 @@ from endpoints.models import Endpoint, Run, RunStatus, Source
 from endpoints.scheduling import (
     Claim,
     Outcome,
+    Started,
     apply_hint,
     call_claim,
     claim_due_endpoints,
@@ -192,3 +194,37 @@ def test_a_failing_write_still_resolves_every_future(monkeypatch: pytest.MonkeyP
         assert later.result(timeout=10).pk == 4
     finally:
         dispatcher.shutdown(timeout=5)
+
+
+def test_a_request_that_cannot_start_or_finish_resolves_its_claim_and_the_rest_go_on() -> None:
+    """The run is left running for the sweep (its lease expires); nothing hangs, and the
+    starter and writer keep serving the other claims."""
+
+    class Unstartable(Started):
+        def call(self, *, policy: Any = None) -> Future[Any]:
+            raise RuntimeError("no event loop")
+
+    class Unfinished(Started):
+        def call(self, *, policy: Any = None) -> Future[Any]:
+            request: Future[Any] = Future()
+            request.set_exception(RuntimeError("loop closed mid-request"))
+            return request
+
+    def start(claims: list[Claim]) -> list[Started | Outcome]:
+        kinds = {1: Unstartable, 2: Unfinished}
+        return [
+            kinds[c.endpoint_id](None, c, Run(pk=c.endpoint_id), timezone.now())  # type: ignore[arg-type]
+            if c.endpoint_id in kinds
+            else _outcome(c)
+            for c in claims
+        ]
+
+    recorder = Recorder()
+    dispatcher = ClaimDispatcher(max_in_flight=4, start=start, record=recorder)
+    try:
+        futures = [dispatcher.submit(_claim(k)) for k in (1, 2, 3)]
+        assert [future.result(timeout=10).pk for future in futures] == [1, 2, 3]
+        assert dispatcher.submit(_claim(4)).result(timeout=10).pk == 4
+    finally:
+        dispatcher.shutdown(timeout=5)
+    assert recorder.written() == {3, 4}  # only the runs that have an outcome are written
