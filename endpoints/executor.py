@@ -242,6 +242,7 @@ class AddressGuard:
         return any(c in network for c in candidates for network in self.networks)
 
 
+@functools.lru_cache(maxsize=4096)
 def _ip_literal(host: str) -> IPAddress | None:
     try:
         return ipaddress.ip_address(host)
@@ -515,34 +516,51 @@ async def _perform(
     policy: NetworkPolicy,
     progress: _Progress,
 ) -> HttpResult:
-    origin = _parse_url(request.url, what="URL")
-    progress.url = _without_credentials(origin)
+    origin = _target(request.url, "URL")
+    progress.url = origin.shown
     _check_request(request)
     method = request.method.upper()
     body = None if request.body is None else _encode_json(request.body)
     timestamp = str(int(time.time()))
-    url = origin
+    hop = origin
     for _hop in range(policy.max_redirects + 1):
-        progress.url = _without_credentials(url)
+        url = hop.url
+        progress.url = hop.shown
         progress.phase = "connecting"
         await _check_host(url, policy)
-        foreign = (url.scheme, url.host, url.port) != (origin.scheme, origin.host, origin.port)
+        foreign = (url.scheme, url.host, url.port) != (
+            origin.url.scheme,
+            origin.url.host,
+            origin.url.port,
+        )
         headers = _hop_headers(request, policy, url, body, timestamp=timestamp, foreign=foreign)
         response = await session.request(
-            method,
-            yarl.URL(progress.url, encoded=True),
-            headers=headers,
-            data=body,
-            allow_redirects=False,
+            method, hop.wire, headers=headers, data=body, allow_redirects=False
         )
         location = _redirect_location(response)
         if location is None:
             return await _read_result(response, request, progress)
         response.close()
-        url = _parse_url(str(url.join(location)), what="redirect Location")
+        hop = _target(str(url.join(location)), "redirect Location")
         if response.status in (301, 302, 303) and method != "HEAD":
             method, body = "GET", None
     raise ExecutorError(f"too many redirects (limit {policy.max_redirects})")
+
+
+@dataclass(frozen=True)
+class _Target:
+    url: httpx.URL
+    shown: str  # without credentials or fragment: what results and logs show
+    wire: yarl.URL  # what aiohttp is given (credentials travel as our own header)
+
+
+@functools.lru_cache(maxsize=4096)
+def _target(raw: str, what: str) -> _Target:
+    """A URL parsed and checked once: endpoints call the same URLs again and again, and
+    parsing was the largest share of the executor's own CPU per request."""
+    url = _parse_url(raw, what=what)
+    shown = _without_credentials(url)
+    return _Target(url, shown, yarl.URL(shown, encoded=True))
 
 
 async def _check_host(url: httpx.URL, policy: NetworkPolicy) -> None:
