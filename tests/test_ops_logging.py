@@ -192,3 +192,24 @@ def test_a_celery_task_line_carries_the_task_id_and_the_bound_ids() -> None:
     assert record["task_id"] == result.id
     assert record["task_name"] == "tests.ops.log_in_task"
     assert (record["endpoint_id"], record["claim_token"]) == (5, CLAIM)
+
+
+def test_a_request_made_on_the_event_loop_logs_with_the_ids_of_its_run() -> None:
+    """The executor runs on its own thread's event loop; its lines still carry the ids
+    bound where the request was handed over."""
+    from endpoints.executor import HttpRequest, NetworkPolicy, submit_request
+
+    capture = Capture(JsonFormatter())
+    executor_logger = logging.getLogger("cronicorn.executor")
+    executor_logger.addHandler(capture.handler)
+    try:
+        strict = NetworkPolicy(allow_private=False)
+        with log_context(endpoint_id=3, claim_token=CLAIM, run_id=41):
+            request = submit_request(HttpRequest(url="http://127.0.0.1:9/"), policy=strict)
+        result = request.result(timeout=10)
+    finally:
+        executor_logger.removeHandler(capture.handler)
+
+    assert result.error.startswith("blocked: 127.0.0.1 is a loopback address")
+    [refused] = [r for r in capture.records() if r["message"].startswith("refused")]
+    assert (refused["endpoint_id"], refused["claim_token"], refused["run_id"]) == (3, CLAIM, 41)
