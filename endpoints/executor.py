@@ -467,7 +467,7 @@ def submit_request(
         task = client.loop.create_task(_perform_on_loop(request, session, policy))
         task.add_done_callback(functools.partial(_settle, future))
 
-    client.loop.call_soon_threadsafe(start, context=contextvars.copy_context())
+    client.loop.call_soon_threadsafe(start)  # runs in a copy of the caller's context
     return future
 
 
