@@ -216,22 +216,16 @@ def fetch(
 
 def _each(sql: str, rows: list[list[Any]]) -> list[bool]:
     """Run ``sql`` (an UPDATE ... RETURNING id) once per parameter row; True for each row
-    it updated."""
-    return [row is not None for row in _returned(sql, rows)]
-
-
-def _returned(sql: str, rows: list[list[Any]]) -> list[tuple[Any, ...] | None]:
-    """Run ``sql`` once per parameter row; the row each run returned, or None. On
-    PostgreSQL several runs travel pipelined, in one round trip."""
+    it updated. On PostgreSQL several rows travel pipelined, in one round trip."""
     with _cursor() as cursor:
         if isinstance(cursor, psycopg.Cursor) and len(rows) > 1:
             cursor.executemany(sql, rows, returning=True)
-            returned = []
+            updated = []
             while True:
-                returned.append(cursor.fetchone())
+                updated.append(cursor.fetchone() is not None)
                 if not cursor.nextset():
-                    return returned
-    return [next(iter(fetch(sql, row)), None) for row in rows]
+                    return updated
+    return [bool(fetch(sql, row)) for row in rows]
 
 
 @contextmanager
