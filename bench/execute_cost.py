@@ -35,11 +35,11 @@ from _scenario import Params, Processes, cpu_seconds, free_port, make_endpoints,
 def claim_all(n: int) -> list[Any]:
     from django.utils import timezone
 
-    from endpoints.models import Endpoint
+    from endpoints.models import Slot
     from endpoints.scheduling import claim_due_endpoints
 
     now = timezone.now()
-    Endpoint.objects.update(next_run_at=now - timedelta(seconds=1))
+    Slot.objects.update(next_run_at=now - timedelta(seconds=1))
     claims = claim_due_endpoints(now=now, limit=n, horizon_ms=0)
     if len(claims) != n:
         raise RuntimeError(f"claimed {len(claims)} of {n} endpoints")

@@ -264,7 +264,7 @@ class EndpointAdmin(TenantScopedAdmin):
     )
     list_filter = (("job", JobFilter), ("job__tenant", TenantFilter), EndpointStatusFilter)
     search_fields = ("name", "url")
-    list_select_related = ("job",)
+    list_select_related = ("job", "slot")
     list_per_page = 50
     show_full_result_count = False
     autocomplete_fields = ("job",)
@@ -341,7 +341,7 @@ class EndpointAdmin(TenantScopedAdmin):
             baseline_interval_ms=obj.baseline_interval_ms,
         )
 
-    @admin.display(description="next run", ordering="next_run_at")
+    @admin.display(description="next run", ordering="slot__next_run_at")
     def next_run(self, obj: Endpoint) -> str:
         return next_run_words(obj, timezone.now())
 

@@ -15,7 +15,7 @@ from django.conf import settings
 from django.db.models import Count, OuterRef, Q, Subquery, Sum
 
 from endpoints import scheduling
-from endpoints.models import Endpoint, JobStatus, Run, RunStatus, RunTrigger, Tenant
+from endpoints.models import Endpoint, Run, RunStatus, RunTrigger, Slot, Tenant
 from planner.models import AnalysisSession
 
 FAILING_SHOWN = 10
@@ -47,19 +47,13 @@ def _tenant_health(tenant_ids: list[int], now: datetime) -> dict[str, Any]:
 
     Same definitions as ``scheduling.scheduler_health``, which counts every tenant.
     """
-    endpoints = Endpoint.objects.live().filter(job__tenant__in=tenant_ids)
     runs = Run.objects.filter(endpoint__job__tenant__in=tenant_ids)
     hour = runs.filter(started_at__gte=now - timedelta(hours=1), started_at__lte=now)
     counts = hour.aggregate(
         total=Count("pk"),
         failed=Count("pk", filter=Q(status__in=FAILED)),
     )
-    due = endpoints.filter(
-        Q(paused_until__isnull=True) | Q(paused_until__lte=now),
-        claim_token__isnull=True,
-        next_run_at__lte=now,
-        job__status=JobStatus.ACTIVE,
-    )
+    due = Slot.objects.overdue(now).filter(job__tenant__in=tenant_ids)
     return {
         "due_backlog": due.count(),
         "in_flight": runs.filter(status=RunStatus.RUNNING).count(),

@@ -1,5 +1,6 @@
 """The four statements every run makes, in plain SQL: read the claimed endpoints, insert
-their Runs, finish them, reschedule the endpoints, each for many runs at once.
+their Runs, finish them, reschedule the endpoints (and their slots), each for many runs
+at once.
 
 Why not the ORM here: measured on this machine, these four through the ORM cost about
 3 ms of CPU per run (query compilation and model building), which caps a worker process
@@ -19,11 +20,11 @@ from functools import cache
 from typing import Any
 
 import psycopg
-from django.db import connection
+from django.db import connection, transaction
 from django.db.models import DateTimeField, Field, JSONField, Model, UUIDField
 from django.utils.dateparse import parse_datetime
 
-from endpoints.models import Endpoint, Run, RunStatus
+from endpoints.models import SLOT_FIELDS, Endpoint, Run, RunStatus, Slot
 
 # Fields a person may change while a run is in flight; the reschedule only wins if they
 # are still as read (see scheduling._reschedule).
@@ -38,6 +39,7 @@ PLANNING_FIELDS = (
     "ai_hint_expires_at",
     "paused_until",
     "failure_count",
+    "archived_at",
 )
 
 
@@ -79,8 +81,11 @@ _COLUMNS = [f.name for f in fields(ClaimedEndpoint)]
 # Built from our own column names; values are always parameters.
 _SELECT = (
     "SELECT "  # noqa: S608
-    + ", ".join(_JOINED.get(name, f"e.{name}") for name in _COLUMNS)
+    + ", ".join(
+        _JOINED.get(name, f"s.{name}" if name in SLOT_FIELDS else f"e.{name}") for name in _COLUMNS
+    )
     + " FROM endpoints_endpoint AS e"
+    " JOIN endpoints_slot AS s ON s.endpoint_id = e.id"
     " JOIN endpoints_job AS j ON j.id = e.job_id"
     " JOIN endpoints_tenant AS t ON t.id = j.tenant_id"
     " WHERE e.id IN "
@@ -98,7 +103,7 @@ def load_endpoints(endpoint_ids: Sequence[int]) -> dict[int, ClaimedEndpoint]:
     loaded = (
         ClaimedEndpoint(
             **{
-                name: _from_db(Endpoint, name, value)
+                name: _from_db(Slot if name in SLOT_FIELDS else Endpoint, name, value)
                 for name, value in zip(_COLUMNS, row, strict=True)
             }
         )
@@ -172,29 +177,74 @@ def finish_runs(finishes: Sequence[tuple[int, Mapping[str, Any]]]) -> list[bool]
 def reschedule_all(
     reschedules: Sequence[tuple[ClaimedEndpoint, uuid.UUID, Mapping[str, Any]]],
 ) -> list[bool]:
-    """For each endpoint, write ``values`` and release the lease, only if the claim is
-    still ours and the planning fields are as ``endpoint`` read them; True for each one
-    that won. All ``values`` must have the same keys."""
+    """For each endpoint, write ``values`` (to the endpoint and its slot) and release the
+    lease, only if the claim is still ours and the planning fields are as ``endpoint``
+    read them; True for each one that won. All ``values`` must have the same keys."""
     if not reschedules:
         return []
     names = list(reschedules[0][2])
-    same = "IS NOT DISTINCT FROM" if connection.vendor == "postgresql" else "IS"
-    assignments = ", ".join(f"{name} = %s" for name in names)
-    unchanged = " AND ".join(f"{name} {same} %s" for name in PLANNING_FIELDS)
-    sql = (
-        f"UPDATE endpoints_endpoint SET {assignments}, locked_until = NULL, claim_token = NULL"  # noqa: S608
-        f" WHERE id = %s AND claim_token = %s AND {unchanged} RETURNING id"
-    )
+    own = [name for name in names if name not in SLOT_FIELDS]
+    slot = [name for name in names if name in SLOT_FIELDS]
     rows = [
-        [
-            *(_to_db(Endpoint, name, values[name]) for name in names),
+        (
             endpoint.pk,
-            _to_db(Endpoint, "claim_token", claim_token),
-            *(_to_db(Endpoint, name, getattr(endpoint, name)) for name in PLANNING_FIELDS),
-        ]
+            _to_db(Slot, "claim_token", claim_token),
+            [_to_db(Endpoint, name, values[name]) for name in own],
+            [_to_db(Endpoint, name, getattr(endpoint, name)) for name in PLANNING_FIELDS],
+            [_to_db(Slot, name, values[name]) for name in slot],
+        )
         for endpoint, claim_token, values in reschedules
     ]
-    return _each(sql, rows)
+    if connection.vendor == "postgresql":
+        sql = _PG_RESCHEDULE.format(
+            own=_assign(own), unchanged=_unchanged("IS NOT DISTINCT FROM"), slot=_assign(slot)
+        )
+        return _each(
+            sql,
+            [[pk, token, *own_v, *same_v, *slot_v] for pk, token, own_v, same_v, slot_v in rows],
+        )
+    endpoint_sql = _SQLITE_RESCHEDULE_ENDPOINT.format(own=_assign(own), unchanged=_unchanged("IS"))
+    slot_sql = _SQLITE_RESCHEDULE_SLOT.format(slot=_assign(slot))
+    won = []
+    for pk, token, own_v, same_v, slot_v in rows:
+        with transaction.atomic():
+            mine = bool(fetch(endpoint_sql, [*own_v, pk, *same_v, pk, token]))
+            won.append(mine and bool(fetch(slot_sql, [*slot_v, pk, token])))
+    return won
+
+
+# The slot row is locked first (if the claim is still ours), so the lease cannot change
+# hands between the endpoint's update and the slot's: both are written or neither.
+_PG_RESCHEDULE = """
+WITH mine AS (
+    SELECT endpoint_id FROM endpoints_slot WHERE endpoint_id = %s AND claim_token = %s
+    FOR UPDATE
+), won AS (
+    UPDATE endpoints_endpoint SET {own}
+    WHERE id IN (SELECT endpoint_id FROM mine) AND {unchanged} RETURNING id
+)
+UPDATE endpoints_slot SET {slot}, locked_until = NULL, claim_token = NULL
+WHERE endpoint_id IN (SELECT id FROM won) RETURNING endpoint_id
+"""
+# SQLite has one writer at a time: the two statements run in one transaction.
+_SQLITE_RESCHEDULE_ENDPOINT = """
+UPDATE endpoints_endpoint SET {own}
+WHERE id = %s AND {unchanged} AND EXISTS (
+    SELECT 1 FROM endpoints_slot WHERE endpoint_id = %s AND claim_token = %s
+) RETURNING id
+"""
+_SQLITE_RESCHEDULE_SLOT = """
+UPDATE endpoints_slot SET {slot}, locked_until = NULL, claim_token = NULL
+WHERE endpoint_id = %s AND claim_token = %s RETURNING endpoint_id
+"""
+
+
+def _assign(names: Sequence[str]) -> str:
+    return ", ".join(f"{name} = %s" for name in names)
+
+
+def _unchanged(same: str) -> str:
+    return " AND ".join(f"{name} {same} %s" for name in PLANNING_FIELDS)
 
 
 def fetch(

@@ -18,7 +18,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING
 
 from django.core.exceptions import ImproperlyConfigured
-from django.db.models import Q, Sum
+from django.db.models import Sum
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
     REGISTRY,
@@ -32,7 +32,7 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.multiprocess import MultiProcessCollector
 from prometheus_client.registry import Collector
 
-from endpoints.models import Endpoint, Heartbeat, JobStatus, Run
+from endpoints.models import Heartbeat, Run, Slot
 
 if TYPE_CHECKING:
     from planner.models import AnalysisSession
@@ -193,17 +193,7 @@ class DatabaseCollector(Collector):
 
 
 def _due_backlog(*, now: datetime) -> int:
-    # Served by the partial index endpoints_endpoint_claimable, like the claim itself.
-    return (
-        Endpoint.objects.filter(
-            archived_at__isnull=True,
-            claim_token__isnull=True,
-            next_run_at__lte=now,
-            job__status=JobStatus.ACTIVE,
-        )
-        .filter(Q(paused_until__isnull=True) | Q(paused_until__lte=now))
-        .count()
-    )
+    return Slot.objects.overdue(now).count()
 
 
 class _ThisProcess(Collector):

@@ -175,6 +175,18 @@ class Job(models.Model):
 
 
 class EndpointQuerySet(models.QuerySet["Endpoint"]):
+    def bulk_create(self, objs: Any, *args: Any, **kwargs: Any) -> list[Endpoint]:
+        """Also inserts their slots (``save`` does it one by one)."""
+        created = super().bulk_create(objs, *args, **kwargs)
+        slots = []
+        for endpoint in created:
+            slot = endpoint.slot_or_new()
+            slot.endpoint = endpoint
+            slot.job_id, slot.timeout_ms = endpoint.job_id, endpoint.timeout_ms
+            slots.append(slot)
+        Slot.objects.bulk_create(slots)
+        return created
+
     def live(self) -> EndpointQuerySet:
         return self.filter(archived_at__isnull=True)
 
@@ -200,11 +212,20 @@ class EndpointQuerySet(models.QuerySet["Endpoint"]):
         return matches[0]
 
 
+def _slot_property(name: str) -> Any:
+    def get(endpoint: Endpoint) -> Any:
+        return getattr(endpoint.slot_or_new(), name)
+
+    def put(endpoint: Endpoint, value: Any) -> None:
+        setattr(endpoint.slot_or_new(), name, value)
+
+    return property(get, put, doc=f"The slot's ``{name}``: saved by ``Endpoint.save``.")
+
+
 class Endpoint(models.Model):
     Method = HttpMethod
 
-    # No index of its own: the unique (job, name) index and the per-job partial indexes
-    # below lead with job_id, and a plain one made PostgreSQL's claim slower.
+    # No index of its own: the unique (job, name) index leads with job_id.
     job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="endpoints", db_index=False)
     name = models.CharField(max_length=200)
     description = models.TextField(
@@ -244,12 +265,14 @@ class Endpoint(models.Model):
     paused_until = models.DateTimeField(null=True, blank=True)
     pause_reason = models.TextField(blank=True)
     last_run_at = models.DateTimeField(null=True, blank=True)
-    next_run_at = models.DateTimeField(null=True, blank=True)
-    next_run_source = models.CharField(max_length=32, choices=Source.choices, blank=True)
     failure_count = models.PositiveIntegerField(default=0)
-    locked_until = models.DateTimeField(null=True, blank=True)
-    claim_token = models.UUIDField(null=True, blank=True)
     archived_at = models.DateTimeField(null=True, blank=True)
+    # When it runs next, why, and the claim lease live in its Slot (below), read and
+    # written here through these properties.
+    next_run_at = _slot_property("next_run_at")
+    next_run_source = _slot_property("next_run_source")
+    locked_until = _slot_property("locked_until")
+    claim_token = _slot_property("claim_token")
 
     # Planner bookkeeping.
     last_analyzed_at = models.DateTimeField(null=True, blank=True)
@@ -267,10 +290,6 @@ class Endpoint(models.Model):
         constraints = [
             models.UniqueConstraint(fields=["job", "name"], name="endpoints_endpoint_unique_name"),
             _choices_check("method", HttpMethod, "endpoints_endpoint_method_valid"),
-            models.CheckConstraint(
-                condition=Q(next_run_source="") | Q(next_run_source__in=Source.values),
-                name="endpoints_endpoint_source_valid",
-            ),
             models.CheckConstraint(
                 condition=(Q(baseline_cron="") & Q(baseline_interval_ms__isnull=False))
                 | (~Q(baseline_cron="") & Q(baseline_interval_ms__isnull=True)),
@@ -317,39 +336,8 @@ class Endpoint(models.Model):
                 | (Q(ai_hint_interval_ms__isnull=True) & Q(ai_hint_next_run_at__isnull=True)),
                 name="endpoints_endpoint_hint_has_expiry",
             ),
-            models.CheckConstraint(
-                condition=(Q(locked_until__isnull=True) & Q(claim_token__isnull=True))
-                | (Q(locked_until__isnull=False) & Q(claim_token__isnull=False)),
-                name="endpoints_endpoint_lease_complete",
-            ),
         ]
         indexes = [
-            # Used by the tick claim (scheduling.claim_due_endpoints): only live endpoints
-            # that are not leased stay in it, so a claimed, in-flight row leaves the index
-            # and the claim costs O(claimed), not O(endpoints).
-            models.Index(
-                fields=["next_run_at"],
-                name="endpoints_endpoint_claimable",
-                condition=Q(archived_at__isnull=True) & Q(claim_token__isnull=True),
-            ),
-            # Used by the zombie sweep / lease recovery: leased rows by lease expiry.
-            models.Index(
-                fields=["locked_until"],
-                name="endpoints_endpoint_leased",
-                condition=Q(claim_token__isnull=False),
-            ),
-            # Used by the claim of jobs with max_concurrent: their due, unleased endpoints...
-            models.Index(
-                fields=["job", "next_run_at"],
-                name="endpoints_endpoint_job_due",
-                condition=Q(archived_at__isnull=True) & Q(claim_token__isnull=True),
-            ),
-            # ...and how many of theirs are leased now (the free slots).
-            models.Index(
-                fields=["job"],
-                name="endpoints_endpoint_job_leased",
-                condition=Q(claim_token__isnull=False),
-            ),
             # Used by planner selection.
             models.Index(
                 fields=["next_analysis_at"],
@@ -360,6 +348,45 @@ class Endpoint(models.Model):
 
     def __str__(self) -> str:
         return f"{self.job.name}/{self.name}" if self.job_id else self.name
+
+    def save(self, *args: Any, **kwargs: Any) -> None:
+        """Save the endpoint and, as ``save`` would have if they were columns, the slot's
+        fields: all of them without ``update_fields``, else those named in it. The slot's
+        copies of ``job`` and ``timeout_ms`` follow the endpoint's."""
+        update_fields = kwargs.get("update_fields")
+        slot_fields: list[str] | None = None
+        if update_fields is None:
+            super().save(*args, **kwargs)
+        else:
+            names = set(update_fields)
+            slot_fields = sorted(
+                {name for name in names if name in SLOT_FIELDS}
+                | {SLOT_COPIES[name] for name in names if name in SLOT_COPIES}
+            )
+            own = [name for name in names if name not in SLOT_FIELDS]
+            if own:
+                super().save(*args, **{**kwargs, "update_fields": own})
+        slot = self.slot_or_new()
+        slot.endpoint = self
+        slot.job_id, slot.timeout_ms = self.job_id, self.timeout_ms
+        if slot._state.adding:
+            slot.save(force_insert=True)
+        elif slot_fields is None:
+            slot.save()
+        elif slot_fields:
+            slot.save(update_fields=slot_fields)
+
+    def refresh_from_db(self, *args: Any, fields: Any = None, **kwargs: Any) -> None:
+        """Also reloads the slot's fields, by their names or with everything."""
+        if fields is not None:
+            names = set(fields)
+            slot_fields = [name for name in SLOT_FIELDS if name in names]
+            if slot_fields:
+                self.slot.refresh_from_db(fields=slot_fields)
+            fields = [name for name in names if name not in SLOT_FIELDS]
+            if not fields:
+                return
+        super().refresh_from_db(*args, fields=fields, **kwargs)
 
     @property
     def ref(self) -> str:
@@ -471,6 +498,101 @@ class Endpoint(models.Model):
 
     def is_paused(self, now: datetime) -> bool:
         return self.paused_until is not None and self.paused_until > now
+
+    # --- the slot -----------------------------------------------------------------------
+
+    def slot_or_new(self) -> Slot:
+        """The endpoint's Slot: the saved one, or for a new endpoint one that ``save``
+        will insert."""
+        try:
+            return self.slot
+        except Slot.DoesNotExist:
+            slot = Slot()
+            self.slot = slot
+            return slot
+
+
+# The Slot's own fields (read and written through Endpoint properties) and the endpoint
+# fields it copies.
+SLOT_FIELDS = ("next_run_at", "next_run_source", "locked_until", "claim_token")
+SLOT_COPIES = {"job": "job", "job_id": "job", "timeout_ms": "timeout_ms"}
+
+
+class SlotQuerySet(models.QuerySet["Slot"]):
+    def overdue(self, now: datetime) -> SlotQuerySet:
+        """Due by ``now``, not claimed, in an active job: the scheduler's backlog. Served
+        by the partial index ``endpoints_slot_claimable``, like the claim itself."""
+        return self.filter(
+            claim_token__isnull=True, next_run_at__lte=now, job__status=JobStatus.ACTIVE
+        )
+
+
+class Slot(models.Model):
+    """An endpoint's place in the scheduler: when it runs next, why, and the claim lease.
+
+    Kept apart from the wide Endpoint row because the tick claims up to a thousand slots
+    in one statement, and a claim writes a new version of every row it takes with an
+    entry in each of the table's indexes: a version of this narrow row, with these few
+    indexes, costs about half as much as one of the endpoint's (bench/claim_cost.py).
+    ``job`` and ``timeout_ms`` are the endpoint's, copied by ``Endpoint.save``, so the
+    claim reads no endpoint row. An archived endpoint's slot has no next run.
+    """
+
+    endpoint = models.OneToOneField(
+        Endpoint, on_delete=models.CASCADE, primary_key=True, related_name="slot"
+    )
+    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="+", db_index=False)
+    timeout_ms = models.PositiveIntegerField()
+    next_run_at = models.DateTimeField(null=True, blank=True)
+    next_run_source = models.CharField(max_length=32, choices=Source.choices, blank=True)
+    locked_until = models.DateTimeField(null=True, blank=True)
+    claim_token = models.UUIDField(null=True, blank=True)
+
+    objects = SlotQuerySet.as_manager()
+
+    class Meta:
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(next_run_source="") | Q(next_run_source__in=Source.values),
+                name="endpoints_slot_source_valid",
+            ),
+            models.CheckConstraint(
+                condition=(Q(locked_until__isnull=True) & Q(claim_token__isnull=True))
+                | (Q(locked_until__isnull=False) & Q(claim_token__isnull=False)),
+                name="endpoints_slot_lease_complete",
+            ),
+        ]
+        indexes = [
+            # Used by the tick claim (scheduling.claim_due_endpoints): a claimed slot
+            # leaves the index, so the claim costs O(claimed), not O(endpoints) nor
+            # O(runs in flight).
+            models.Index(
+                fields=["next_run_at"],
+                name="endpoints_slot_claimable",
+                condition=Q(claim_token__isnull=True),
+            ),
+            # Used by the release of expired leases: leased slots by lease expiry.
+            models.Index(
+                fields=["locked_until"],
+                name="endpoints_slot_leased",
+                condition=Q(claim_token__isnull=False),
+            ),
+            # Used by the claim of jobs with max_concurrent: their due, unleased slots...
+            models.Index(
+                fields=["job", "next_run_at"],
+                name="endpoints_slot_job_due",
+                condition=Q(claim_token__isnull=True),
+            ),
+            # ...and how many of theirs are leased now (the free slots).
+            models.Index(
+                fields=["job"],
+                name="endpoints_slot_job_leased",
+                condition=Q(claim_token__isnull=False),
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"slot of endpoint {self.endpoint_id}"
 
 
 class RunQuerySet(models.QuerySet["Run"]):

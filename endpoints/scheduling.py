@@ -52,6 +52,7 @@ from endpoints.models import (
     Run,
     RunStatus,
     RunTrigger,
+    Slot,
     Source,
 )
 from endpoints.schedules import describe_delta
@@ -129,31 +130,30 @@ def _log(
 
 # --- Claim ----------------------------------------------------------------------------
 
-# Due, unleased, live, not paused: the predicate the partial index
-# ``endpoints_endpoint_claimable`` (next_run_at WHERE archived_at IS NULL AND claim_token
-# IS NULL) serves, so the claim reads only rows it is about to take.
-_CLAIMABLE = """
-    c.archived_at IS NULL AND c.claim_token IS NULL
-    AND c.next_run_at <= %(due_by)s
-    AND (c.paused_until IS NULL OR c.paused_until <= %(now)s)
-"""
+# Due and unleased: the predicate the partial index ``endpoints_slot_claimable``
+# (next_run_at WHERE claim_token IS NULL) serves, so the claim reads only slots it is
+# about to take. Paused and archived endpoints need no test here: a pause moves the next
+# run to its end and an archived endpoint has none (the governor and archive_endpoint
+# see to it), and the start of a run checks both again (``_runnable``).
+_CLAIMABLE = "c.claim_token IS NULL AND c.next_run_at <= %(due_by)s"
 
 # The f-strings below only join the constant fragments above; values are parameters.
+# The slots are taken by physical address (ctid): locked by the subquery, they cannot
+# move before the UPDATE, which then needs no index lookup per slot.
 _PG_CLAIM_UNLIMITED = f"""
-UPDATE endpoints_endpoint AS e
+UPDATE endpoints_slot AS s
 SET claim_token = gen_random_uuid(),
-    locked_until = GREATEST(%(now)s, e.next_run_at)
-        + e.timeout_ms * INTERVAL '1 millisecond' + %(grace)s * INTERVAL '1 second'
-FROM (
-    SELECT c.id FROM endpoints_endpoint AS c
+    locked_until = GREATEST(%(now)s, s.next_run_at)
+        + s.timeout_ms * INTERVAL '1 millisecond' + %(grace)s * INTERVAL '1 second'
+WHERE s.ctid = ANY(ARRAY(
+    SELECT c.ctid FROM endpoints_slot AS c
     JOIN endpoints_job AS j ON j.id = c.job_id
     WHERE {_CLAIMABLE} AND j.status = 'active' AND j.max_concurrent IS NULL
     ORDER BY c.next_run_at
     LIMIT %(limit)s
     FOR UPDATE OF c SKIP LOCKED
-) AS picked
-WHERE e.id = picked.id
-RETURNING e.id, e.claim_token, e.next_run_at, e.next_run_source
+))
+RETURNING s.endpoint_id, s.claim_token, s.next_run_at, s.next_run_source
 """  # noqa: S608
 
 # Jobs with max_concurrent: one claimer at a time per job (the job row lock), so the
@@ -162,7 +162,7 @@ RETURNING e.id, e.claim_token, e.next_run_at, e.next_run_source
 _PG_LOCK_LIMITED_JOBS = f"""
 SELECT j.id FROM endpoints_job AS j
 WHERE j.max_concurrent IS NOT NULL AND j.status = 'active'
-  AND EXISTS (SELECT 1 FROM endpoints_endpoint AS c WHERE c.job_id = j.id AND {_CLAIMABLE})
+  AND EXISTS (SELECT 1 FROM endpoints_slot AS c WHERE c.job_id = j.id AND {_CLAIMABLE})
 ORDER BY j.id
 FOR NO KEY UPDATE OF j SKIP LOCKED
 """  # noqa: S608
@@ -172,41 +172,42 @@ FOR NO KEY UPDATE OF j SKIP LOCKED
 _PG_CLAIM_LIMITED = f"""
 WITH free AS MATERIALIZED (
     SELECT j.id AS job_id, j.max_concurrent - (
-        SELECT count(*) FROM endpoints_endpoint AS l
+        SELECT count(*) FROM endpoints_slot AS l
         WHERE l.job_id = j.id AND l.claim_token IS NOT NULL
     ) AS slots
     FROM endpoints_job AS j WHERE j.id = ANY(%(jobs)s)
 ), ranked AS (
-    SELECT c.id, c.job_id, c.next_run_at,
-           row_number() OVER (PARTITION BY c.job_id ORDER BY c.next_run_at, c.id) AS place
-    FROM endpoints_endpoint AS c
+    SELECT c.endpoint_id, c.job_id, c.next_run_at,
+           row_number() OVER (PARTITION BY c.job_id ORDER BY c.next_run_at, c.endpoint_id)
+               AS place
+    FROM endpoints_slot AS c
     WHERE c.job_id = ANY(%(jobs)s) AND {_CLAIMABLE}
 ), chosen AS (
-    SELECT r.id FROM ranked AS r JOIN free AS f ON f.job_id = r.job_id
+    SELECT r.endpoint_id FROM ranked AS r JOIN free AS f ON f.job_id = r.job_id
     WHERE r.place <= f.slots
     ORDER BY r.next_run_at
     LIMIT %(limit)s
 )
-UPDATE endpoints_endpoint AS e
+UPDATE endpoints_slot AS s
 SET claim_token = gen_random_uuid(),
-    locked_until = GREATEST(%(now)s, e.next_run_at)
-        + e.timeout_ms * INTERVAL '1 millisecond' + %(grace)s * INTERVAL '1 second'
+    locked_until = GREATEST(%(now)s, s.next_run_at)
+        + s.timeout_ms * INTERVAL '1 millisecond' + %(grace)s * INTERVAL '1 second'
 FROM chosen
-WHERE e.id = chosen.id AND e.claim_token IS NULL
-RETURNING e.id, e.claim_token, e.next_run_at, e.next_run_source
+WHERE s.endpoint_id = chosen.endpoint_id AND s.claim_token IS NULL
+RETURNING s.endpoint_id, s.claim_token, s.next_run_at, s.next_run_source
 """  # noqa: S608
 
 # Expired leases (the worker died or stalled past timeout + grace) go back to the
-# claimable index here, through the ``endpoints_endpoint_leased`` index, so the claim
-# itself only ever scans ``endpoints_endpoint_claimable``: O(expired), usually nothing.
+# claimable index here, through the ``endpoints_slot_leased`` index, so the claim
+# itself only ever scans ``endpoints_slot_claimable``: O(expired), usually nothing.
 _PG_RELEASE_EXPIRED = """
-UPDATE endpoints_endpoint SET claim_token = NULL, locked_until = NULL
-WHERE id IN (
-    SELECT id FROM endpoints_endpoint
+UPDATE endpoints_slot SET claim_token = NULL, locked_until = NULL
+WHERE endpoint_id IN (
+    SELECT endpoint_id FROM endpoints_slot
     WHERE claim_token IS NOT NULL AND locked_until <= %(now)s
     FOR UPDATE SKIP LOCKED
 )
-RETURNING id
+RETURNING endpoint_id
 """
 
 
@@ -269,17 +270,13 @@ def _claim_portable(params: dict[str, Any]) -> list[tuple[Any, ...]]:
     the write lock from its first statement and no other claimer can interleave.
     """
     now = params["now"]
-    expired = Endpoint.objects.filter(claim_token__isnull=False, locked_until__lte=now)
+    expired = Slot.objects.filter(claim_token__isnull=False, locked_until__lte=now)
     for endpoint_id in expired.values_list("pk", flat=True):
         _log(logging.WARNING, "lease expired; released for a retry", endpoint_id=endpoint_id)
     expired.update(claim_token=None, locked_until=None)
 
-    due = Endpoint.objects.filter(
-        Q(paused_until__isnull=True) | Q(paused_until__lte=now),
-        archived_at__isnull=True,
-        claim_token__isnull=True,
-        next_run_at__lte=params["due_by"],
-        job__status=JobStatus.ACTIVE,
+    due = Slot.objects.filter(
+        claim_token__isnull=True, next_run_at__lte=params["due_by"], job__status=JobStatus.ACTIVE
     ).order_by("next_run_at", "pk")
     fields = ("pk", "next_run_at", "next_run_source", "timeout_ms")
     chosen = _within_free_slots(due.filter(job__max_concurrent__isnull=False))
@@ -292,7 +289,7 @@ def _claim_portable(params: dict[str, Any]) -> list[tuple[Any, ...]]:
     for row in chosen:
         token = uuid.uuid4()
         lease = max(now, row["next_run_at"]) + timedelta(milliseconds=row["timeout_ms"]) + grace
-        Endpoint.objects.filter(pk=row["pk"]).update(claim_token=token, locked_until=lease)
+        Slot.objects.filter(pk=row["pk"]).update(claim_token=token, locked_until=lease)
         rows.append((row["pk"], token, row["next_run_at"], row["next_run_source"]))
     return rows
 
@@ -304,7 +301,7 @@ def _within_free_slots(due: Any) -> list[dict[str, Any]]:
     job_ids = {row["job_id"] for row in rows}
     limits = dict(Job.objects.filter(pk__in=job_ids).values_list("pk", "max_concurrent"))
     leased = dict(
-        Endpoint.objects.filter(job_id__in=job_ids, claim_token__isnull=False)
+        Slot.objects.filter(job_id__in=job_ids, claim_token__isnull=False)
         .values("job_id")
         .annotate(n=Count("pk"))
         .values_list("job_id", "n")
@@ -322,9 +319,9 @@ def release_claims(claims: Iterable[Claim]) -> int:
     """Give back claims that will not run (shutdown, broker down) so the next tick takes them."""
     released = 0
     for claim in claims:
-        released += Endpoint.objects.filter(
-            pk=claim.endpoint_id, claim_token=claim.claim_token
-        ).update(claim_token=None, locked_until=None)
+        released += Slot.objects.filter(pk=claim.endpoint_id, claim_token=claim.claim_token).update(
+            claim_token=None, locked_until=None
+        )
     return released
 
 
@@ -578,10 +575,26 @@ def _runnable(
         return None
     reason = _why_not_runnable(endpoint, now)
     if reason:
-        release_claims([claim])
+        _drop_claim(claim, endpoint, now)
         _log(logging.INFO, f"claim dropped: {reason}", claim=claim)
         return None
     return _ensure_lease_outlasts_request(endpoint, claim, now)
+
+
+def _drop_claim(claim: Claim, endpoint: ClaimedEndpoint, now: datetime) -> None:
+    """Release a claim that will not run. The claim reads only slots, so a slot that
+    disagrees with its endpoint is put right here, or the next tick would take it again:
+    an archived endpoint gets no next run, a paused one its pause's end (the governor's
+    plan). A paused job's endpoints keep theirs; the claim skips the job."""
+    values: dict[str, Any] = {}
+    if endpoint.archived_at is not None:
+        values = {"next_run_at": None, "next_run_source": ""}
+    elif endpoint.is_paused(now):
+        plan = plan_next_run(now, EndpointSchedule.from_endpoint(endpoint))
+        values = {"next_run_at": plan.next_run_at, "next_run_source": plan.source}
+    Slot.objects.filter(pk=claim.endpoint_id, claim_token=claim.claim_token).update(
+        claim_token=None, locked_until=None, **values
+    )
 
 
 def _why_not_runnable(endpoint: ClaimedEndpoint, now: datetime) -> str:
@@ -608,7 +621,7 @@ def _ensure_lease_outlasts_request(
     lease = now + timedelta(
         milliseconds=endpoint.timeout_ms, seconds=settings.CRONICORN_LEASE_GRACE_SECONDS
     )
-    extended = Endpoint.objects.filter(
+    extended = Slot.objects.filter(
         pk=endpoint.pk, claim_token=claim.claim_token, locked_until__gt=now
     ).update(locked_until=lease)
     if not extended:
@@ -740,13 +753,13 @@ def _recover(
             status=RunStatus.FAILURE, finished_at=now
         )
         Run.objects.filter(pk=run.pk).update(error=Concat(F("error"), Value(f"\n{note}")))
-        Endpoint.objects.filter(pk=endpoint.pk, claim_token=claim.claim_token).update(
-            last_run_at=started,
-            next_run_at=now + ERROR_RETRY,
-            failure_count=F("failure_count") + 1,
-            locked_until=None,
-            claim_token=None,
-        )
+        with transaction.atomic():
+            if Slot.objects.filter(pk=endpoint.pk, claim_token=claim.claim_token).update(
+                next_run_at=now + ERROR_RETRY, locked_until=None, claim_token=None
+            ):
+                Endpoint.objects.filter(pk=endpoint.pk).update(
+                    last_run_at=started, failure_count=F("failure_count") + 1
+                )
     except Exception:
         _log(logging.ERROR, "could not record the error", claim=claim, run_id=run.pk, exc=True)
 
@@ -790,7 +803,8 @@ def _reread_own(claim: Claim) -> ClaimedEndpoint | None:
 def _log_rescheduled(claim: Claim, values: Mapping[str, Any]) -> None:
     if logger.isEnabledFor(logging.DEBUG):
         when, why = values["next_run_at"], values["next_run_source"]
-        _log(logging.DEBUG, f"rescheduled for {when:%Y-%m-%d %H:%M:%S}Z ({why})", claim=claim)
+        text = f"for {when:%Y-%m-%d %H:%M:%S}Z ({why})" if when else "with no next run (archived)"
+        _log(logging.DEBUG, f"rescheduled {text}", claim=claim)
 
 
 def _next_state(outcome: Outcome, endpoint: ClaimedEndpoint) -> dict[str, Any]:
@@ -808,10 +822,11 @@ def _next_state(outcome: Outcome, endpoint: ClaimedEndpoint) -> dict[str, Any]:
     plan = plan_next_run(started, schedule)
     if plan.next_run_at <= finished:
         plan = plan_next_run(finished, schedule)
+    archived = endpoint.archived_at is not None  # archived in flight: no next run
     return {
         "last_run_at": started,
-        "next_run_at": plan.next_run_at,
-        "next_run_source": plan.source,
+        "next_run_at": None if archived else plan.next_run_at,
+        "next_run_source": "" if archived else plan.source,
         "failure_count": failure_count,
         **hints,
     }
@@ -852,7 +867,7 @@ def sweep_zombies(*, now: datetime) -> int:
         if connection.vendor == "postgresql":
             _release_expired_postgresql(now)
         else:
-            Endpoint.objects.filter(claim_token__isnull=False, locked_until__lte=now).update(
+            Slot.objects.filter(claim_token__isnull=False, locked_until__lte=now).update(
                 claim_token=None, locked_until=None
             )
     metrics.record_zombies(lost)
@@ -894,7 +909,7 @@ def recompute_next_run(endpoint: Endpoint, *, now: datetime) -> Plan:
 
 
 def _store_plan(endpoint: Endpoint, plan: Plan) -> None:
-    Endpoint.objects.filter(pk=endpoint.pk).update(
+    Slot.objects.filter(pk=endpoint.pk).update(
         next_run_at=plan.next_run_at, next_run_source=plan.source
     )
     endpoint.next_run_at = plan.next_run_at
@@ -947,7 +962,7 @@ def run_now(endpoint: Endpoint, *, now: datetime, user: Any = None) -> None:
         )
     # A lease that has run out (its worker died) does not block: it is released here.
     lease_free = Q(claim_token__isnull=True) | Q(locked_until__lte=now)
-    updated = Endpoint.objects.filter(lease_free, pk=endpoint.pk).update(
+    updated = Slot.objects.filter(lease_free, pk=endpoint.pk).update(
         next_run_at=now, next_run_source=Source.MANUAL, claim_token=None, locked_until=None
     )
     if not updated:
@@ -1118,10 +1133,14 @@ def reset_failures(endpoint: Endpoint, *, now: datetime, user: Any = None) -> No
 
 
 def archive_endpoint(endpoint: Endpoint, *, now: datetime, user: Any = None) -> None:
-    """Archive: never claimed again. A run already in flight finishes and is kept."""
-    Endpoint.objects.filter(pk=endpoint.pk, archived_at__isnull=True).update(archived_at=now)
+    """Archive: never claimed again (its slot has no next run). A run already in flight
+    finishes and is kept; its reschedule leaves the slot without a next run."""
+    with transaction.atomic():
+        Endpoint.objects.filter(pk=endpoint.pk, archived_at__isnull=True).update(archived_at=now)
+        Slot.objects.filter(pk=endpoint.pk).update(next_run_at=None, next_run_source="")
     if endpoint.archived_at is None:
         endpoint.archived_at = now
+    endpoint.next_run_at, endpoint.next_run_source = None, ""
     _log(logging.INFO, f"archived by {user or 'system'}", endpoint_id=endpoint.pk)
 
 
@@ -1167,13 +1186,7 @@ def scheduler_health(*, now: datetime) -> dict[str, Any]:
     return {
         "last_tick_at": beat.at if beat else None,
         "last_tick_age_seconds": (now - beat.at).total_seconds() if beat else None,
-        "due_backlog": Endpoint.objects.filter(
-            Q(paused_until__isnull=True) | Q(paused_until__lte=now),
-            archived_at__isnull=True,
-            claim_token__isnull=True,
-            next_run_at__lte=now,
-            job__status=JobStatus.ACTIVE,
-        ).count(),
+        "due_backlog": Slot.objects.overdue(now).count(),
         "in_flight": Run.objects.filter(status=RunStatus.RUNNING).count(),
         "lateness_p50_ms": _percentile(lateness, 0.50),
         "lateness_p95_ms": _percentile(lateness, 0.95),

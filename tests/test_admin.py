@@ -16,7 +16,7 @@ from django.urls import reverse
 from django.utils import timezone
 
 from endpoints.executor import MASK
-from endpoints.models import Endpoint, HintHistory, Job, Run, RunStatus, RunTrigger, Tenant
+from endpoints.models import Endpoint, HintHistory, Job, Run, RunStatus, RunTrigger, Slot, Tenant
 from planner.models import AnalysisSession
 from tests.admin_world import World, build_world, operation_url
 
@@ -256,7 +256,8 @@ def test_a_schedule_change_reschedules_and_other_edits_do_not(world: World) -> N
     endpoint = world.a.endpoint
     url = reverse("admin:endpoints_endpoint_change", args=[endpoint.pk])
     far = timezone.now() + timedelta(days=3)
-    Endpoint.objects.filter(pk=endpoint.pk).update(next_run_at=far, failure_count=0)
+    Endpoint.objects.filter(pk=endpoint.pk).update(failure_count=0)
+    Slot.objects.filter(pk=endpoint.pk).update(next_run_at=far)
     data = endpoint_form(world.a.job, name=endpoint.name, url=endpoint.url)
 
     client.post(url, {**data, "baseline_interval_ms": "5m", "description": "new words"})
@@ -366,7 +367,7 @@ def test_pausing_until_a_chosen_time_and_refusing_a_past_one(world: World) -> No
 def test_run_now_asks_for_a_run_at_once(world: World) -> None:
     endpoint = world.a.endpoint
     Run.objects.filter(endpoint=endpoint).update(status=RunStatus.FAILURE)
-    Endpoint.objects.filter(pk=endpoint.pk).update(next_run_at=timezone.now() + timedelta(days=1))
+    Slot.objects.filter(pk=endpoint.pk).update(next_run_at=timezone.now() + timedelta(days=1))
 
     response = world.client_for(world.alice).post(operation_url(endpoint, "run_now"), follow=True)
 
@@ -379,7 +380,7 @@ def test_run_now_asks_for_a_run_at_once(world: World) -> None:
 def test_run_now_while_a_run_is_in_flight_shows_the_refusal(world: World) -> None:
     endpoint = world.a.endpoint
     run = world.add_run(endpoint, status=RunStatus.RUNNING)
-    Endpoint.objects.filter(pk=endpoint.pk).update(
+    Slot.objects.filter(pk=endpoint.pk).update(
         claim_token=uuid.uuid4(), locked_until=timezone.now() + timedelta(minutes=1)
     )
 

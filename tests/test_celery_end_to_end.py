@@ -10,7 +10,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from django.utils import timezone
 
-from endpoints.models import Endpoint, Heartbeat, Run, RunStatus, Source
+from endpoints.models import Heartbeat, Run, RunStatus, Slot, Source
 from endpoints.scheduling import Claim
 from endpoints.tasks import CHUNK_SIZE, group_claims
 from tests.engine_processes import (
@@ -69,7 +69,7 @@ def test_a_one_second_endpoint_runs_ten_times_in_ten_seconds_each_on_time(make_e
         assert wait_until(lambda: Heartbeat.objects.filter(name="tick").exists(), timeout=60)
         start = timezone.now() + S
         end = start + 10 * S
-        Endpoint.objects.filter(pk=endpoint.pk).update(
+        Slot.objects.filter(pk=endpoint.pk).update(
             next_run_at=start, next_run_source=Source.BASELINE_INTERVAL
         )
         in_window = Run.objects.filter(endpoint=endpoint, scheduled_for__lt=end)

@@ -12,8 +12,13 @@ import pytest
 from django.conf import settings
 from django.db import connection, connections, transaction
 
-from endpoints.models import Endpoint, Job, JobStatus, Source
-from endpoints.scheduling import _PG_CLAIM_UNLIMITED, claim_due_endpoints
+from endpoints.models import Endpoint, Job, JobStatus, Slot, Source
+from endpoints.scheduling import (
+    _PG_CLAIM_UNLIMITED,
+    archive_endpoint,
+    claim_due_endpoints,
+    pause_endpoint,
+)
 
 pytestmark = pytest.mark.django_db
 
@@ -45,14 +50,17 @@ def test_an_endpoint_without_a_next_run_is_never_claimed(make_endpoint, now):
 
 
 def test_a_paused_endpoint_is_not_claimed_until_its_pause_ends(make_endpoint, now):
-    paused = make_endpoint(next_run_at=now - S, paused_until=now + 10 * S)
+    # The claim reads only slots: the pause moved the next run to its end.
+    paused = make_endpoint(next_run_at=now - S)
+    pause_endpoint(paused, now=now - 2 * S, until=now + 10 * S)
     assert claimed_ids(now) == []
     assert claimed_ids(now + 10 * S) == [paused.pk]
 
 
 def test_an_archived_endpoint_is_never_claimed(make_endpoint, now):
-    make_endpoint(next_run_at=now - S, archived_at=now - 2 * S)
-    assert claimed_ids(now) == []
+    archived = make_endpoint(next_run_at=now - S)
+    archive_endpoint(archived, now=now - 2 * S)
+    assert claimed_ids(now + timedelta(days=365)) == []
 
 
 @pytest.mark.parametrize("status", [JobStatus.PAUSED, JobStatus.ARCHIVED])
@@ -124,7 +132,7 @@ def test_a_job_with_max_concurrent_never_has_more_endpoints_leased_than_allowed(
     assert claimed_ids(now) == []  # both slots in use: the others wait, not skipped
 
     # One run finishes (lease released, next run planned): exactly one more may start.
-    Endpoint.objects.filter(pk=limited[3].pk).update(
+    Slot.objects.filter(pk=limited[3].pk).update(
         claim_token=None, locked_until=None, next_run_at=now + 60 * S
     )
     assert claimed_ids(now) == [limited[1].pk]
@@ -205,7 +213,7 @@ def test_a_second_claimer_cannot_fill_a_slot_the_first_has_not_committed_yet(
     # instead of waiting on the first's rows or filling the slot a second time.
     assert second == []
     assert waited < 5
-    assert Endpoint.objects.filter(claim_token__isnull=False).count() == 1
+    assert Slot.objects.filter(claim_token__isnull=False).count() == 1
 
 
 def _plan_for_claim(now: datetime, *, analyze: bool) -> str:
@@ -225,10 +233,11 @@ def test_the_claim_reads_the_partial_index_and_only_the_rows_it_takes(
     for k in range(20):
         make_endpoint(next_run_at=now - k * S)
     with connection.cursor() as cursor:
-        cursor.execute("ANALYZE endpoints_endpoint")
+        cursor.execute("ANALYZE endpoints_slot")
     plan = _plan_for_claim(now, analyze=True)
-    assert "endpoints_endpoint_claimable" in plan, plan
-    assert "Seq Scan on endpoints_endpoint" not in plan, plan
+    assert "endpoints_slot_claimable" in plan, plan
+    assert "Seq Scan on endpoints_slot" not in plan, plan
+    assert "on endpoints_endpoint" not in plan, plan  # no endpoint row is read
     # The scan stops after the due rows: it never walks the 5 000 idle ones.
-    scan = next(line for line in plan.splitlines() if "endpoints_endpoint_claimable" in line)
+    scan = next(line for line in plan.splitlines() if "endpoints_slot_claimable" in line)
     assert "rows=20 " in scan or "rows=21 " in scan, plan

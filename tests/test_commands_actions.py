@@ -16,7 +16,7 @@ from django.core.management import CommandError, call_command, get_commands, loa
 from django.utils import timezone
 from pytest_httpserver import HTTPServer
 
-from endpoints.models import Endpoint, HintHistory, Job, Run
+from endpoints.models import Endpoint, HintHistory, Job, Run, Slot
 
 pytestmark = pytest.mark.django_db
 
@@ -38,7 +38,7 @@ def frozen() -> Any:
 @pytest.fixture
 def api(make_endpoint: Callable[..., Endpoint], frozen: Any) -> Endpoint:
     endpoint = make_endpoint(name="api", baseline_interval_ms=600_000)
-    Endpoint.objects.filter(pk=endpoint.pk).update(
+    Slot.objects.filter(pk=endpoint.pk).update(
         next_run_at=NOW + timedelta(minutes=10), next_run_source="baseline-interval"
     )
     endpoint.refresh_from_db()
@@ -61,7 +61,7 @@ def test_trigger_makes_the_endpoint_due_now_through_the_normal_path(api: Endpoin
 
 
 def test_trigger_is_refused_while_a_run_is_in_flight(api: Endpoint) -> None:
-    Endpoint.objects.filter(pk=api.pk).update(
+    Slot.objects.filter(pk=api.pk).update(
         claim_token=uuid.uuid4(), locked_until=NOW + timedelta(minutes=1)
     )
 
@@ -272,9 +272,8 @@ def test_clear_hints_goes_back_to_the_baseline(api: Endpoint) -> None:
 
 
 def test_reset_failures_drops_the_backoff(api: Endpoint) -> None:
-    Endpoint.objects.filter(pk=api.pk).update(
-        failure_count=3, next_run_at=NOW + timedelta(minutes=80)
-    )
+    Endpoint.objects.filter(pk=api.pk).update(failure_count=3)
+    Slot.objects.filter(pk=api.pk).update(next_run_at=NOW + timedelta(minutes=80))
 
     output = run("reset_failures", "ops/api")
 
@@ -310,10 +309,8 @@ def test_tick_claims_the_due_endpoints_and_runs_them_here(
         for name in ("a", "b")
     ]
     later = make_endpoint(name="later", url=httpserver.url_for("/later"))
-    Endpoint.objects.filter(pk__in=[e.pk for e in due]).update(
-        next_run_at=now - timedelta(seconds=1)
-    )
-    Endpoint.objects.filter(pk=later.pk).update(next_run_at=now + timedelta(hours=1))
+    Slot.objects.filter(pk__in=[e.pk for e in due]).update(next_run_at=now - timedelta(seconds=1))
+    Slot.objects.filter(pk=later.pk).update(next_run_at=now + timedelta(hours=1))
 
     output = run("tick")
 
@@ -332,7 +329,7 @@ def test_tick_json_lists_the_runs(
 ) -> None:
     httpserver.expect_request("/a").respond_with_json({"ok": True})
     endpoint = make_endpoint(name="a", url=httpserver.url_for("/a"))
-    Endpoint.objects.filter(pk=endpoint.pk).update(next_run_at=timezone.now())
+    Slot.objects.filter(pk=endpoint.pk).update(next_run_at=timezone.now())
 
     runs = json.loads(run("tick", "--json"))
 

@@ -18,7 +18,7 @@ from django.conf import settings
 from django.core.management import CommandError, call_command
 
 from endpoints.governor import EndpointSchedule, plan_next_run
-from endpoints.models import Endpoint, Heartbeat, Job, Run, Tenant
+from endpoints.models import Endpoint, Heartbeat, Job, Run, Slot, Tenant
 
 pytestmark = pytest.mark.django_db
 
@@ -66,7 +66,7 @@ def fleet(make_endpoint: Callable[..., Endpoint], job: Job, frozen: Any) -> dict
     hinted = make_endpoint(name="hinted")
     paused = make_endpoint(name="paused")
     gone = make_endpoint(name="gone")
-    Endpoint.objects.filter(pk=plain.pk).update(
+    Slot.objects.filter(pk=plain.pk).update(
         next_run_at=NOW + timedelta(minutes=5), next_run_source="baseline-interval"
     )
     Endpoint.objects.filter(pk=failing.pk).update(failure_count=3)
@@ -324,7 +324,7 @@ def test_explain_mentions_a_stored_next_run_that_differs(
     make_endpoint: Callable[..., Endpoint],
 ) -> None:
     endpoint = make_endpoint(name="api")
-    Endpoint.objects.filter(pk=endpoint.pk).update(
+    Slot.objects.filter(pk=endpoint.pk).update(
         next_run_at=NOW - timedelta(minutes=3), next_run_source="baseline-interval"
     )
 

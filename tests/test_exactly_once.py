@@ -14,7 +14,7 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from endpoints.models import Endpoint, Heartbeat, Run, RunStatus, RunTrigger
+from endpoints.models import Endpoint, Heartbeat, Run, RunStatus, RunTrigger, Slot
 from tests.engine_processes import (
     celery_worker,
     child_database_url,
@@ -149,7 +149,7 @@ def test_a_worker_killed_mid_request_loses_the_run_and_the_slot_runs_again_after
             running(tick_loop(60), env=env, log=tmp_path / "tick.log"),
         ):
             wait_for_workers([first_name])
-            Endpoint.objects.filter(pk=endpoint.pk).update(next_run_at=timezone.now() + S)
+            Slot.objects.filter(pk=endpoint.pk).update(next_run_at=timezone.now() + S)
             assert target.wait_for(lambda: target.hits(), timeout=30)
             doomed.send_signal(signal.SIGKILL)
             doomed.wait(timeout=10)

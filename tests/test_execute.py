@@ -11,7 +11,7 @@ from django.db import connection, connections
 from django.utils import timezone
 
 from endpoints import scheduling
-from endpoints.models import Endpoint, Run, RunStatus, RunTrigger, Source
+from endpoints.models import Endpoint, Run, RunStatus, RunTrigger, Slot, Source
 from endpoints.scheduling import (
     Claim,
     apply_hint,
@@ -28,7 +28,7 @@ S = timedelta(seconds=1)
 def due_claim(endpoint: Endpoint) -> Claim:
     """Make the endpoint due right now and claim it."""
     now = timezone.now()
-    Endpoint.objects.filter(pk=endpoint.pk).update(
+    Slot.objects.filter(pk=endpoint.pk).update(
         next_run_at=now, next_run_source=Source.BASELINE_INTERVAL
     )
     claims = claim_due_endpoints(now=now, limit=100, horizon_ms=0)
@@ -170,11 +170,31 @@ def test_a_pause_reaching_past_the_run_sets_the_next_run_to_its_end(make_endpoin
     claim = due_claim(endpoint)
     until = timezone.now() + timedelta(minutes=5)
     # The pause lands between the claim and the run: the run does not happen.
-    Endpoint.objects.filter(pk=endpoint.pk).update(paused_until=until, next_run_at=until)
+    Endpoint.objects.filter(pk=endpoint.pk).update(paused_until=until)
+    Slot.objects.filter(pk=endpoint.pk).update(next_run_at=until)
     assert execute_claim(claim) is None
     assert target.hits() == []
     endpoint.refresh_from_db()
     assert (endpoint.claim_token, endpoint.next_run_at) == (None, until)
+
+
+def test_a_slot_that_disagrees_with_its_endpoint_is_put_right_when_its_claim_is_dropped(
+    make_endpoint, target
+):
+    """The claim reads only slots. Should one ever say "due" while its endpoint is paused
+    or archived (written around the governor), the run does not happen and the slot is
+    corrected, so the next tick does not take it again (trap 3's tight loop)."""
+    paused, archived = make_endpoint(url=target.url("/p")), make_endpoint(url=target.url("/a"))
+    until = timezone.now() + timedelta(minutes=5)
+    Endpoint.objects.filter(pk=paused.pk).update(paused_until=until)
+    Endpoint.objects.filter(pk=archived.pk).update(archived_at=timezone.now())
+    assert execute_claim(due_claim(paused)) is None
+    assert execute_claim(due_claim(archived)) is None
+    assert target.hits() == []
+    slots = {slot.pk: slot for slot in Slot.objects.all()}
+    assert (slots[paused.pk].next_run_at, slots[paused.pk].next_run_source) == (until, "paused")
+    assert (slots[archived.pk].next_run_at, slots[archived.pk].claim_token) == (None, None)
+    assert claim_due_endpoints(now=timezone.now(), limit=10, horizon_ms=0) == []
 
 
 def test_a_stale_or_duplicate_claim_does_nothing(make_endpoint, target):
@@ -223,7 +243,7 @@ def test_claims_started_together_each_get_their_own_run_or_nothing(
         for name in ("a", "b", "reclaimed", "stale", "paused")
     )
     now = timezone.now()
-    Endpoint.objects.update(next_run_at=now, next_run_source=Source.BASELINE_INTERVAL)
+    Slot.objects.update(next_run_at=now, next_run_source=Source.BASELINE_INTERVAL)
     claims = {c.endpoint_id: c for c in claim_due_endpoints(now=now, limit=10, horizon_ms=0)}
     dead = Run.objects.create(  # a worker died in this slot and its lease ran out
         endpoint=reclaimed,
@@ -232,7 +252,7 @@ def test_claims_started_together_each_get_their_own_run_or_nothing(
         claim_token=claims[reclaimed.pk].claim_token,
         lease_expires_at=now,
     )
-    Endpoint.objects.filter(pk=stale.pk).update(claim_token=uuid.uuid4())
+    Slot.objects.filter(pk=stale.pk).update(claim_token=uuid.uuid4())
     Endpoint.objects.filter(pk=paused.pk).update(paused_until=now + timedelta(hours=1))
 
     one_by_one: list[int] = []
@@ -318,7 +338,7 @@ def test_a_lost_lease_keeps_the_run_but_leaves_the_endpoint_to_its_new_owner(
     thread, result = _execute_in_thread(claim)
     assert target.wait_for(lambda: target.hits(), timeout=10)
     other = claim.claim_token.hex[::-1]  # another claimer took over the slot
-    Endpoint.objects.filter(pk=endpoint.pk).update(claim_token=other)
+    Slot.objects.filter(pk=endpoint.pk).update(claim_token=other)
     hold.set()
     thread.join(timeout=20)
 

@@ -21,7 +21,7 @@ from django.contrib.auth import get_user_model
 from django.core.management import CommandError, call_command
 
 from endpoints.governor import EndpointSchedule, plan_next_run
-from endpoints.models import Endpoint, Job, Tenant
+from endpoints.models import Endpoint, Job, Slot, Tenant
 
 pytestmark = pytest.mark.django_db
 
@@ -287,7 +287,7 @@ def test_a_schedule_change_recomputes_the_next_run_but_a_description_change_does
     make_endpoint(name="a", url="https://example.com/health", baseline_interval_ms=300_000)
     make_endpoint(name="b", url="https://example.com/health", baseline_interval_ms=300_000)
     far = now + timedelta(days=30)
-    Endpoint.objects.update(next_run_at=far, next_run_source="baseline-interval")
+    Slot.objects.update(next_run_at=far, next_run_source="baseline-interval")
 
     run_import(
         write(

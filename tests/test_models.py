@@ -13,7 +13,7 @@ import pytest
 from django.core.exceptions import ValidationError
 from django.db import IntegrityError, transaction
 
-from endpoints.models import Endpoint, Job, Run, Tenant
+from endpoints.models import Endpoint, Job, Run, Slot, Tenant
 
 pytestmark = pytest.mark.django_db
 
@@ -237,13 +237,6 @@ INVALID_ENDPOINTS = [
         db="endpoints_endpoint_hint_has_expiry",
     ),
     bad(
-        "next-run-source-unknown",
-        {"next_run_source": "whenever"},
-        "next_run_source",
-        "'whenever' is not a valid choice",
-        db="endpoints_endpoint_source_valid",
-    ),
-    bad(
         "negative-failure-count",
         {"failure_count": -1},
         "failure_count",
@@ -338,12 +331,43 @@ def test_the_same_name_in_another_job_is_fine(make_endpoint: MakeEndpoint, tenan
     make_endpoint(name="health", job=other)
 
 
-def test_a_half_set_lease_is_refused_by_the_database(make_endpoint: MakeEndpoint) -> None:
+def test_a_half_set_lease_or_an_unknown_source_is_refused_by_the_database(
+    make_endpoint: MakeEndpoint,
+) -> None:
     endpoint = make_endpoint()
-    queryset = Endpoint.objects.filter(pk=endpoint.pk)
-    assert_db_refuses(queryset, "endpoints_endpoint_lease_complete", claim_token=uuid.uuid4())
-    assert_db_refuses(queryset, "endpoints_endpoint_lease_complete", locked_until=SOON)
+    queryset = Slot.objects.filter(pk=endpoint.pk)
+    assert_db_refuses(queryset, "endpoints_slot_lease_complete", claim_token=uuid.uuid4())
+    assert_db_refuses(queryset, "endpoints_slot_lease_complete", locked_until=SOON)
+    assert_db_refuses(queryset, "endpoints_slot_source_valid", next_run_source="whenever")
     queryset.update(claim_token=uuid.uuid4(), locked_until=SOON)  # a whole lease is fine
+
+
+def test_every_endpoint_has_a_slot_that_follows_its_job_and_timeout(
+    make_endpoint: MakeEndpoint, job: Job, tenant: Tenant
+) -> None:
+    """The claim reads only slots, so their copies of job and timeout must never lag."""
+    made = make_endpoint(timeout_ms=5_000, next_run_at=SOON)
+    bulk = Endpoint.objects.bulk_create(
+        [
+            Endpoint(job=job, name=f"bulk-{k}", url="http://x/", baseline_interval_ms=60_000)
+            for k in range(3)
+        ]
+    )
+    other = Job.objects.create(tenant=tenant, name="other")
+
+    made.timeout_ms, made.job = 7_000, other
+    made.save(update_fields=["timeout_ms", "job"])
+    bulk[0].timeout_ms = 9_000
+    bulk[0].save()
+
+    slots = {slot.pk: slot for slot in Slot.objects.all()}
+    assert set(slots) == {made.pk, *(e.pk for e in bulk)}
+    assert (slots[made.pk].job_id, slots[made.pk].timeout_ms) == (other.pk, 7_000)
+    assert slots[made.pk].next_run_at == SOON  # kept: the save named no slot field
+    assert (slots[bulk[0].pk].job_id, slots[bulk[0].pk].timeout_ms) == (job.pk, 9_000)
+    assert slots[bulk[1].pk].timeout_ms == 30_000
+    made.delete()
+    assert not Slot.objects.filter(pk=made.pk).exists()
 
 
 @pytest.mark.parametrize("value", [0], ids=["zero"])

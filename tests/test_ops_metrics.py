@@ -11,7 +11,7 @@ from django.utils import timezone
 from prometheus_client.parser import text_string_to_metric_families
 
 from endpoints import metrics
-from endpoints.models import Endpoint, Heartbeat, Job, JobStatus, Run, RunStatus, Tenant
+from endpoints.models import Endpoint, Heartbeat, Job, JobStatus, Run, RunStatus, Slot, Tenant
 from planner.models import AnalysisSession
 
 TOKEN = "metrics-token-for-tests"
@@ -143,7 +143,7 @@ def test_due_backlog_counts_only_endpoints_a_tick_could_claim_now(
     make_endpoint(next_run_at=past, paused_until=now + timedelta(hours=1))
     make_endpoint(next_run_at=past, archived_at=now)
     leased = make_endpoint(next_run_at=past)
-    Endpoint.objects.filter(pk=leased.pk).update(
+    Slot.objects.filter(pk=leased.pk).update(
         claim_token="00000000-0000-0000-0000-000000000001", locked_until=now + timedelta(minutes=1)
     )
     paused_job = Job.objects.create(tenant=tenant, name="paused", status=JobStatus.PAUSED)

@@ -14,7 +14,7 @@ from django.utils import timezone
 
 from endpoints import dispatch
 from endpoints.dispatch import ClaimDispatcher
-from endpoints.models import Endpoint, Run, RunStatus, Source
+from endpoints.models import Run, RunStatus, Slot, Source
 from endpoints.scheduling import (
     Claim,
     Outcome,
@@ -38,7 +38,7 @@ def test_one_write_keeps_each_runs_own_outcome_and_each_conflict_apart(make_endp
         for name in ("plain", "hinted", "taken", "lost")
     )
     now = timezone.now()
-    Endpoint.objects.update(next_run_at=now, next_run_source=Source.BASELINE_INTERVAL)
+    Slot.objects.update(next_run_at=now, next_run_source=Source.BASELINE_INTERVAL)
     claims = {c.endpoint_id: c for c in claim_due_endpoints(now=now, limit=10, horizon_ms=0)}
     outcomes = [call_claim(claims[e.pk]) for e in (plain, hinted, taken, lost)]
     assert all(isinstance(outcome, Outcome) for outcome in outcomes)
@@ -47,7 +47,7 @@ def test_one_write_keeps_each_runs_own_outcome_and_each_conflict_apart(make_endp
     hinted.refresh_from_db()
     apply_hint(hinted, now=timezone.now(), interval_ms=5_000, ttl=timedelta(hours=1), reason="x")
     other = uuid.uuid4()
-    Endpoint.objects.filter(pk=taken.pk).update(claim_token=other)
+    Slot.objects.filter(pk=taken.pk).update(claim_token=other)
     Run.objects.filter(endpoint=lost).update(status=RunStatus.LOST)  # as the sweep does
 
     record_outcomes(outcomes)  # type: ignore[arg-type]

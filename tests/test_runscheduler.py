@@ -16,7 +16,7 @@ import pytest
 from django.utils import timezone
 
 from endpoints.embedded import EmbeddedScheduler
-from endpoints.models import Endpoint, Heartbeat, Run, RunStatus, RunTrigger, Source
+from endpoints.models import Heartbeat, Run, RunStatus, RunTrigger, Slot, Source
 from tests.engine_processes import (
     child_database_url,
     manage,
@@ -231,4 +231,4 @@ def test_sigterm_stops_claiming_finishes_the_run_in_flight_and_exits_zero(
     assert run.status == RunStatus.SUCCESS
     endpoint.refresh_from_db()
     assert endpoint.claim_token is None
-    assert Endpoint.objects.filter(claim_token__isnull=False).count() == 0
+    assert Slot.objects.filter(claim_token__isnull=False).count() == 0

@@ -16,7 +16,7 @@ from django.db import connections
 from django.utils import timezone
 
 from endpoints.embedded import EmbeddedScheduler
-from endpoints.models import Endpoint, Run, RunStatus, Source
+from endpoints.models import Endpoint, Run, RunStatus, Slot, Source
 from endpoints.scheduling import (
     Claim,
     apply_hint,
@@ -150,7 +150,7 @@ def test_trap_05_an_early_claim_never_fires_a_cron_slot_twice_and_intervals_are_
     # A 60 s interval under 5 s ticks (the largest horizon the settings allow) stays 60 s.
     time_machine.move_to(START, tick=False)
     every_minute = make_endpoint(url=target.url("/"), baseline_interval_ms=60_000)
-    Endpoint.objects.filter(pk=every_minute.pk).update(next_run_at=START + 2.2 * S)
+    Slot.objects.filter(pk=every_minute.pk).update(next_run_at=START + 2.2 * S)
     simulate(time_machine, start=START, seconds=300, tick=5, horizon_ms=5_000)
     runs = starts(every_minute)
     assert len(runs) == 5
@@ -265,7 +265,7 @@ def test_trap_09_one_bad_endpoint_does_not_abort_the_rest_of_the_batch(
     assert "Scheduler error" in Run.objects.get(endpoint=corrupt).error
     assert Run.objects.get(endpoint=unreachable).status == RunStatus.FAILURE
     assert Run.objects.get(endpoint=nul).status_code == 200
-    assert not Endpoint.objects.filter(claim_token__isnull=False).exists()  # every lease freed
+    assert not Slot.objects.filter(claim_token__isnull=False).exists()  # every lease freed
 
 
 def test_trap_10_the_timeout_covers_the_body_and_the_body_read_is_capped(make_endpoint, target):
