@@ -9,12 +9,10 @@ between repetitions). Further scenarios on the 1 000 000 table:
   flight), which DESIGN.md warns about;
 - ``+limited jobs``: the same, with 10 of the 100 jobs under ``max_concurrent``;
 - ``contrast``: the same table with an index that keeps claimed rows (what the partial
-  index ``endpoints_endpoint_claimable`` avoids), to show what the design saves;
+  index ``endpoints_slot_claimable`` avoids), to show what the design saves;
 - ``--what-if``: the claim's UPDATE statement alone (EXPLAIN ANALYZE, rolled back) with
   and without the two indexes of leased rows, to price the index entries every claimed
-  row gets; and the same statement on a narrow copy of the scheduling columns (a
-  scratch table with the claim's three indexes), to price a schema that keeps them
-  apart from the wide endpoint row (see bench/README.md).
+  row gets (see bench/README.md).
 
 Baselines in the same run: a plain ``SELECT ... ORDER BY next_run_at LIMIT 1000`` by the
 same index; a bare ``UPDATE`` of the same 1 000 rows by id, setting the same two
@@ -40,64 +38,56 @@ LIMITED_JOBS = 10
 HORIZON_MS = 1000
 TARGET_MS = 20.0
 
-# Every n-th row is due; the job expression spreads due rows over all jobs.
+# Every n-th endpoint is due; the job expression spreads due ones over all jobs. Ids
+# restart at 1, so the slot of endpoint g has endpoint_id g.
 POPULATE = """
 INSERT INTO endpoints_endpoint (
     name, description, url, method, headers, secret_header_names, timeout_ms,
     max_response_size_kb, baseline_cron, timezone, baseline_interval_ms, ai_hint_reason,
-    pause_reason, next_run_at, next_run_source, failure_count, analyzed_failure_count,
-    created_at, updated_at, job_id)
+    pause_reason, failure_count, analyzed_failure_count, created_at, updated_at, job_id)
 SELECT 'endpoint-' || g, '', 'http://127.0.0.1:9/', 'GET', '{}', '[]', 30000, 100, '',
-       'UTC', 60000, '', '',
-       CASE WHEN g %% %(every)s = 0
-            THEN %(t0)s - INTERVAL '10 seconds' + (g %% 1000) * INTERVAL '1 millisecond'
-            ELSE %(t0)s + INTERVAL '1 hour' + (g %% 86400) * INTERVAL '1 second' END,
-       'baseline-interval', 0, 0, now(), now(),
+       'UTC', 60000, '', '', 0, 0, now(), now(),
        %(first_job)s + (g / %(every)s + g) %% %(jobs)s
 FROM generate_series(1, %(size)s) AS g
+"""
+POPULATE_SLOTS = """
+INSERT INTO endpoints_slot (endpoint_id, job_id, timeout_ms, next_run_at, next_run_source)
+SELECT id, job_id, timeout_ms,
+       CASE WHEN id %% %(every)s = 0
+            THEN %(t0)s - INTERVAL '10 seconds' + (id %% 1000) * INTERVAL '1 millisecond'
+            ELSE %(t0)s + INTERVAL '1 hour' + (id %% 86400) * INTERVAL '1 second' END,
+       'baseline-interval'
+FROM endpoints_endpoint
 """
 
 # Runs in flight: leased, and due long ago, so an index that kept them would read them
 # before any truly due row.
 IN_FLIGHT = """
-UPDATE endpoints_endpoint
+UPDATE endpoints_slot
 SET claim_token = gen_random_uuid(), locked_until = %(t0)s + INTERVAL '2 hours',
-    next_run_at = %(t0)s - INTERVAL '60 seconds' + (id %% 1000) * INTERVAL '1 millisecond'
-WHERE id %% %(every)s = 1
+    next_run_at = %(t0)s - INTERVAL '60 seconds' + (endpoint_id %% 1000) * INTERVAL '1 millisecond'
+WHERE endpoint_id %% %(every)s = 1
 """
 
 # What-if: the claim's UPDATE without the two indexes of leased rows (the lease release's
 # and the per-job slot count's), to price the index entries each claimed row gets. Not a
 # design option: without them the release of expired leases scans the whole table.
-LEASED_INDEXES = ("endpoints_endpoint_leased", "endpoints_endpoint_job_leased")
+LEASED_INDEXES = ("endpoints_slot_leased", "endpoints_slot_job_leased")
 
 # The floor of a claim: the same rows, the same columns set, found by primary key.
 BARE_UPDATE = """
-UPDATE endpoints_endpoint
+UPDATE endpoints_slot
 SET claim_token = gen_random_uuid(), locked_until = now() + INTERVAL '1 minute'
-WHERE id = ANY(%(ids)s)
+WHERE endpoint_id = ANY(%(ids)s)
 """
 RELEASE = """
-UPDATE endpoints_endpoint SET claim_token = NULL, locked_until = NULL WHERE id = ANY(%(ids)s)
-"""
-
-# What-if: the scheduling columns in a narrow table of their own, with the claim's
-# indexes (claimable, leased, per-job leased); the claim statement is the product's
-# with only the table and key names changed.
-NARROW_COPY = """
-CREATE TABLE bench_narrow_slot AS SELECT id AS endpoint_id, job_id, next_run_at, next_run_source,
-    claim_token, locked_until, archived_at, paused_until, timeout_ms FROM endpoints_endpoint;
-ALTER TABLE bench_narrow_slot ADD PRIMARY KEY (endpoint_id);
-CREATE INDEX bench_narrow_claimable ON bench_narrow_slot (next_run_at)
-    WHERE archived_at IS NULL AND claim_token IS NULL;
-CREATE INDEX bench_narrow_leased ON bench_narrow_slot (locked_until) WHERE claim_token IS NOT NULL;
-CREATE INDEX bench_narrow_job_leased ON bench_narrow_slot (job_id) WHERE claim_token IS NOT NULL
+UPDATE endpoints_slot SET claim_token = NULL, locked_until = NULL
+WHERE endpoint_id = ANY(%(ids)s)
 """
 
 BASELINE_SELECT = """
-SELECT c.id FROM endpoints_endpoint AS c JOIN endpoints_job AS j ON j.id = c.job_id
-WHERE c.archived_at IS NULL AND c.claim_token IS NULL AND c.next_run_at <= %(due_by)s
-  AND (c.paused_until IS NULL OR c.paused_until <= %(now)s) AND j.status = 'active'
+SELECT c.endpoint_id FROM endpoints_slot AS c JOIN endpoints_job AS j ON j.id = c.job_id
+WHERE c.claim_token IS NULL AND c.next_run_at <= %(due_by)s AND j.status = 'active'
 ORDER BY c.next_run_at LIMIT %(limit)s
 """
 
@@ -113,7 +103,10 @@ def execute(sql: str, params: dict[str, Any] | None = None) -> list[tuple[Any, .
 def populate(size: int, due: int, t0: datetime) -> float:
     """Empty the tables, then insert ``size`` endpoints of which ``due`` are due at ``t0``."""
     started = time.perf_counter()
-    execute("TRUNCATE endpoints_tenant, endpoints_job, endpoints_endpoint RESTART IDENTITY CASCADE")
+    execute(
+        "TRUNCATE endpoints_tenant, endpoints_job, endpoints_endpoint, endpoints_slot "
+        "RESTART IDENTITY CASCADE"
+    )
     (tenant,) = execute(
         "INSERT INTO endpoints_tenant (name, max_endpoints, min_interval_ms, "
         "monthly_token_budget, hmac_secret, created_at) "
@@ -128,12 +121,13 @@ def populate(size: int, due: int, t0: datetime) -> float:
     first_job = min(row[0] for row in jobs)
     params = {"every": size // due, "t0": t0, "first_job": first_job, "jobs": JOBS, "size": size}
     execute(POPULATE, params)
+    execute(POPULATE_SLOTS, params)
     vacuum()
     return time.perf_counter() - started
 
 
 def vacuum(*tables: str) -> None:
-    for table in tables or ("endpoints_endpoint", "endpoints_job"):
+    for table in tables or ("endpoints_endpoint", "endpoints_slot", "endpoints_job"):
         execute(f"VACUUM ANALYZE {table}")
 
 
@@ -188,10 +182,9 @@ def time_select(reps: int, due: int) -> list[float]:
     return samples
 
 
-def explain_claim(due: int, *, drop: tuple[str, ...] = (), narrow: bool = False) -> str:
+def explain_claim(due: int, *, drop: tuple[str, ...] = ()) -> str:
     """EXPLAIN ANALYZE of the claim's main statement, rolled back (with the indexes in
-    ``drop`` dropped inside the same transaction, so they come back); ``narrow``: on the
-    narrow copy instead."""
+    ``drop`` dropped inside the same transaction, so they come back)."""
     from django.conf import settings
     from django.db import transaction
     from django.utils import timezone
@@ -208,15 +201,7 @@ def explain_claim(due: int, *, drop: tuple[str, ...] = (), narrow: bool = False)
     with transaction.atomic():
         for name in drop:
             execute(f"DROP INDEX {name}")
-        statement = scheduling._PG_CLAIM_UNLIMITED
-        if narrow:
-            statement = (
-                statement.replace("endpoints_endpoint AS", "bench_narrow_slot AS")
-                .replace("SELECT c.id FROM", "SELECT c.endpoint_id AS id FROM")
-                .replace("WHERE e.id = picked.id", "WHERE e.endpoint_id = picked.id")
-                .replace("RETURNING e.id,", "RETURNING e.endpoint_id,")
-            )
-        explain = "EXPLAIN (ANALYZE, BUFFERS, COSTS OFF) " + statement
+        explain = "EXPLAIN (ANALYZE, BUFFERS, COSTS OFF) " + scheduling._PG_CLAIM_UNLIMITED
         rows = execute(explain, params)
         transaction.set_rollback(True)
     return "\n".join(row[0] for row in rows)
@@ -268,18 +253,15 @@ def unlimit_jobs() -> None:
 
 def index_keeping_claimed_rows() -> None:
     """Swap the partial claim index for one that keeps leased rows (the bad design)."""
-    execute(
-        "CREATE INDEX bench_keeps_claimed ON endpoints_endpoint (next_run_at) "
-        "WHERE archived_at IS NULL"
-    )
-    execute("DROP INDEX endpoints_endpoint_claimable")
+    execute("CREATE INDEX bench_keeps_claimed ON endpoints_slot (next_run_at)")
+    execute("DROP INDEX endpoints_slot_claimable")
     vacuum()
 
 
 def restore_claim_index() -> None:
     execute(
-        "CREATE INDEX endpoints_endpoint_claimable ON endpoints_endpoint (next_run_at) "
-        "WHERE archived_at IS NULL AND claim_token IS NULL"
+        "CREATE INDEX endpoints_slot_claimable ON endpoints_slot (next_run_at) "
+        "WHERE claim_token IS NULL"
     )
     execute("DROP INDEX bench_keeps_claimed")
 
@@ -314,28 +296,21 @@ def run(sizes: list[int], due: int, in_flight: int, reps: int, what_if: bool) ->
 
 
 def what_if_no_leased_indexes(label: str, reps: int, due: int) -> dict[str, Any]:
-    """The UPDATE statement alone (EXPLAIN ANALYZE, rolled back): as is, without the
-    leased-row indexes, and on the narrow copy, alternating."""
-    for statement in NARROW_COPY.split(";"):
-        execute(statement)
-    vacuum("bench_narrow_slot")
-    as_is, without, narrow = [], [], []
+    """The UPDATE statement alone (EXPLAIN ANALYZE, rolled back): as is and without the
+    leased-row indexes, alternating."""
+    as_is, without = [], []
     for _ in range(reps):
         as_is.append(statement_ms(explain_claim(due)))
         without.append(statement_ms(explain_claim(due, drop=LEASED_INDEXES)))
-        narrow.append(statement_ms(explain_claim(due, narrow=True)))
-    execute("DROP TABLE bench_narrow_slot")
     row = {
         "scenario": f"what-if, the UPDATE alone: {label}",
         "as_is_ms": round(statistics.median(as_is), 2),
         "without_leased_indexes_ms": round(statistics.median(without), 2),
-        "narrow_table_ms": round(statistics.median(narrow), 2),
         "load": load(),
     }
     print(
         f"  the claim's UPDATE alone, median of {reps}: {row['as_is_ms']} ms; without the two "
-        f"leased-row indexes: {row['without_leased_indexes_ms']} ms; on a narrow table of "
-        f"the scheduling columns: {row['narrow_table_ms']} ms"
+        f"leased-row indexes: {row['without_leased_indexes_ms']} ms"
     )
     return row
 

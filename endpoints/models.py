@@ -350,43 +350,21 @@ class Endpoint(models.Model):
         return f"{self.job.name}/{self.name}" if self.job_id else self.name
 
     def save(self, *args: Any, **kwargs: Any) -> None:
-        """Save the endpoint and, as ``save`` would have if they were columns, the slot's
-        fields: all of them without ``update_fields``, else those named in it. The slot's
-        copies of ``job`` and ``timeout_ms`` follow the endpoint's."""
-        update_fields = kwargs.get("update_fields")
-        slot_fields: list[str] | None = None
-        if update_fields is None:
-            super().save(*args, **kwargs)
-        else:
-            names = set(update_fields)
-            slot_fields = sorted(
-                {name for name in names if name in SLOT_FIELDS}
-                | {SLOT_COPIES[name] for name in names if name in SLOT_COPIES}
-            )
-            own = [name for name in names if name not in SLOT_FIELDS]
-            if own:
-                super().save(*args, **{**kwargs, "update_fields": own})
+        """Save the endpoint and its slot. A new endpoint's slot is inserted with it (with
+        whatever was set through the properties); then the slot's copies follow the
+        endpoint's job and timeout, and a save without ``update_fields`` writes the whole
+        slot, as it would have written those columns on the endpoint row."""
+        super().save(*args, **kwargs)
         slot = self.slot_or_new()
         slot.endpoint = self
         slot.job_id, slot.timeout_ms = self.job_id, self.timeout_ms
+        update_fields = kwargs.get("update_fields")
         if slot._state.adding:
             slot.save(force_insert=True)
-        elif slot_fields is None:
+        elif update_fields is None:
             slot.save()
-        elif slot_fields:
-            slot.save(update_fields=slot_fields)
-
-    def refresh_from_db(self, *args: Any, fields: Any = None, **kwargs: Any) -> None:
-        """Also reloads the slot's fields, by their names or with everything."""
-        if fields is not None:
-            names = set(fields)
-            slot_fields = [name for name in SLOT_FIELDS if name in names]
-            if slot_fields:
-                self.slot.refresh_from_db(fields=slot_fields)
-            fields = [name for name in names if name not in SLOT_FIELDS]
-            if not fields:
-                return
-        super().refresh_from_db(*args, fields=fields, **kwargs)
+        elif copies := {SLOT_COPIES[name] for name in update_fields if name in SLOT_COPIES}:
+            slot.save(update_fields=sorted(copies))
 
     @property
     def ref(self) -> str:
@@ -512,8 +490,8 @@ class Endpoint(models.Model):
             return slot
 
 
-# The Slot's own fields (read and written through Endpoint properties) and the endpoint
-# fields it copies.
+# The Slot's own fields (read and written through Endpoint properties), and the endpoint
+# fields it copies by the names a save may give them.
 SLOT_FIELDS = ("next_run_at", "next_run_source", "locked_until", "claim_token")
 SLOT_COPIES = {"job": "job", "job_id": "job", "timeout_ms": "timeout_ms"}
 

@@ -909,11 +909,10 @@ def recompute_next_run(endpoint: Endpoint, *, now: datetime) -> Plan:
 
 
 def _store_plan(endpoint: Endpoint, plan: Plan) -> None:
-    Slot.objects.filter(pk=endpoint.pk).update(
-        next_run_at=plan.next_run_at, next_run_source=plan.source
-    )
-    endpoint.next_run_at = plan.next_run_at
-    endpoint.next_run_source = plan.source
+    """Store the plan in the endpoint's slot; an archived endpoint's slot gets no next run."""
+    at, source = (None, "") if endpoint.archived_at else (plan.next_run_at, plan.source)
+    Slot.objects.filter(pk=endpoint.pk).update(next_run_at=at, next_run_source=source)
+    endpoint.next_run_at, endpoint.next_run_source = at, source
 
 
 def _nudge_earlier(endpoint: Endpoint, now: datetime) -> Plan:

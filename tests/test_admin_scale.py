@@ -50,15 +50,25 @@ def _fill(cursor: Any) -> dict[str, int]:
         """
         INSERT INTO endpoints_endpoint (job_id, name, description, url, method, headers,
             secret_header_names, timeout_ms, max_response_size_kb, baseline_cron, timezone,
-            baseline_interval_ms, ai_hint_reason, pause_reason, next_run_at, next_run_source,
+            baseline_interval_ms, ai_hint_reason, pause_reason,
             failure_count, analyzed_failure_count, created_at, updated_at)
         SELECT j.id, 'endpoint-' || g, '', 'https://example.com/' || g, 'GET', '{}', '[]',
             30000, 100, '', 'UTC', 60000 * (1 + mod(g, 10)), '', '',
-            now() + g * interval '1 second', 'baseline-interval', mod(g, 3), 0, now(), now()
+            mod(g, 3), 0, now(), now()
         FROM generate_series(1, %s) g
         JOIN endpoints_job j ON j.tenant_id = %s AND j.name = 'job-' || (1 + mod(g, 20))
         """,
         [ENDPOINTS, tenant_id],
+    )
+    cursor.execute(
+        """
+        INSERT INTO endpoints_slot (endpoint_id, job_id, timeout_ms, next_run_at, next_run_source)
+        SELECT e.id, e.job_id, e.timeout_ms, now() + (e.id - first.id) * interval '1 second',
+            'baseline-interval'
+        FROM endpoints_endpoint e, (SELECT min(id) AS id FROM endpoints_endpoint) first
+        WHERE e.job_id IN (SELECT id FROM endpoints_job WHERE tenant_id = %s)
+        """,
+        [tenant_id],
     )
     cursor.execute(
         """
@@ -76,7 +86,9 @@ def _fill(cursor: Any) -> dict[str, int]:
         """,
         [ENDPOINTS, RUNS, tenant_id],
     )
-    cursor.execute("ANALYZE endpoints_tenant, endpoints_job, endpoints_endpoint, endpoints_run")
+    cursor.execute(
+        "ANALYZE endpoints_tenant, endpoints_job, endpoints_endpoint, endpoints_slot, endpoints_run"
+    )
     return {"tenant": tenant_id}
 
 
@@ -101,7 +113,8 @@ def scale(django_db_setup: None, django_db_blocker: Any) -> Iterator[dict[str, A
         with connection.cursor() as cursor:
             cursor.execute(
                 "TRUNCATE endpoints_run, endpoints_hinthistory, planner_analysissession, "
-                "endpoints_endpoint, endpoints_job, endpoints_tenant_members, endpoints_tenant "
+                "endpoints_slot, endpoints_endpoint, endpoints_job, endpoints_tenant_members, "
+                "endpoints_tenant "
                 "CASCADE"
             )
         users.filter(pk__in=[member.pk, root.pk]).delete()

@@ -81,7 +81,7 @@ def test_three_tick_loops_and_two_workers_run_500_endpoints_exactly_once_per_slo
             for k, endpoint in enumerate(endpoints):
                 spread = timedelta(milliseconds=(k * 37) % endpoint.baseline_interval_ms)
                 endpoint.next_run_at = start + spread
-            Endpoint.objects.bulk_update(endpoints, ["next_run_at"])
+            Slot.objects.bulk_update([endpoint.slot for endpoint in endpoints], ["next_run_at"])
             end = start + window
             assert wait_until(lambda: timezone.now() > end + S, timeout=60)
             in_flight = Run.objects.filter(status=RunStatus.RUNNING, scheduled_for__lt=end)

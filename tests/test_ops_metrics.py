@@ -12,6 +12,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from endpoints import metrics
 from endpoints.models import Endpoint, Heartbeat, Job, JobStatus, Run, RunStatus, Slot, Tenant
+from endpoints.scheduling import archive_endpoint, pause_endpoint
 from planner.models import AnalysisSession
 
 TOKEN = "metrics-token-for-tests"
@@ -140,8 +141,8 @@ def test_due_backlog_counts_only_endpoints_a_tick_could_claim_now(
     make_endpoint(next_run_at=past)
     make_endpoint(next_run_at=past)
     make_endpoint(next_run_at=now + timedelta(minutes=1))
-    make_endpoint(next_run_at=past, paused_until=now + timedelta(hours=1))
-    make_endpoint(next_run_at=past, archived_at=now)
+    pause_endpoint(make_endpoint(next_run_at=past), now=now, until=now + timedelta(hours=1))
+    archive_endpoint(make_endpoint(next_run_at=past), now=now)
     leased = make_endpoint(next_run_at=past)
     Slot.objects.filter(pk=leased.pk).update(
         claim_token="00000000-0000-0000-0000-000000000001", locked_until=now + timedelta(minutes=1)

@@ -223,8 +223,8 @@ print(endpoint.pk)
 def fetch_run(database_url: str, endpoint_id: int) -> dict[str, Any] | None:
     with psycopg.connect(database_url) as db:
         row = db.execute(
-            "SELECT r.id, r.claim_token, r.status, e.claim_token, e.next_run_at > r.started_at"
-            " FROM endpoints_run r JOIN endpoints_endpoint e ON e.id = r.endpoint_id"
+            "SELECT r.id, r.claim_token, r.status, s.claim_token, s.next_run_at > r.started_at"
+            " FROM endpoints_run r JOIN endpoints_slot s ON s.endpoint_id = r.endpoint_id"
             " WHERE r.endpoint_id = %s AND r.status <> 'running'",
             [endpoint_id],
         ).fetchone()

@@ -165,7 +165,8 @@ def test_runscheduler_on_sqlite_runs_a_one_second_endpoint_ten_times_in_ten_seco
         end = start + 10 * S
         with closing(_sqlite(database)) as db, db:
             db.execute(
-                "UPDATE endpoints_endpoint SET next_run_at = ?, next_run_source = ? WHERE id = ?",
+                "UPDATE endpoints_slot SET next_run_at = ?, next_run_source = ?"
+                " WHERE endpoint_id = ?",
                 (_sqlite_time(start), Source.BASELINE_INTERVAL, endpoint_id),
             )
         assert wait_until(
