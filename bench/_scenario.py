@@ -209,13 +209,13 @@ def make_endpoints(params: Params, url: str) -> None:
 
 def make_due(params: Params, start: datetime) -> None:
     """Spread the first runs evenly over one interval from ``start``: a steady rate."""
-    from endpoints.models import Endpoint
+    from endpoints.models import Slot
 
-    endpoints = list(Endpoint.objects.order_by("pk").only("pk"))
-    step = params.interval_ms / len(endpoints)
-    for i, endpoint in enumerate(endpoints):
-        endpoint.next_run_at = start + timedelta(milliseconds=i * step)
-    Endpoint.objects.bulk_update(endpoints, ["next_run_at"], batch_size=1000)
+    slots = list(Slot.objects.order_by("pk").only("pk"))
+    step = params.interval_ms / len(slots)
+    for i, slot in enumerate(slots):
+        slot.next_run_at = start + timedelta(milliseconds=i * step)
+    Slot.objects.bulk_update(slots, ["next_run_at"], batch_size=1000)
 
 
 def raw_http_ceiling(url: str, threads: int, seconds: float) -> dict[str, float]:

@@ -23,7 +23,7 @@ def add_endpoint_argument(parser: CommandParser) -> None:
 def find_endpoint(ref: str) -> Endpoint:
     """The live or archived endpoint named by ``ref``; CommandError says what to do if none."""
     try:
-        return Endpoint.objects.select_related("job__tenant").by_ref(ref)
+        return Endpoint.objects.select_related("job__tenant", "slot").by_ref(ref)
     except Endpoint.DoesNotExist as exc:
         message = str(exc) if str(exc) else f"No endpoint {ref!r}."
         raise CommandError(f"{message} List them with: manage.py endpoints") from None

@@ -52,7 +52,7 @@ class Command(BaseCommand):
 
 def select(now: datetime, state: str, job: str | None, tenant: str | None) -> QuerySet[Endpoint]:
     latest = Run.objects.filter(endpoint=OuterRef("pk")).order_by("-started_at", "-pk")
-    endpoints = Endpoint.objects.select_related("job__tenant").annotate(
+    endpoints = Endpoint.objects.select_related("job__tenant", "slot").annotate(
         last_status=Subquery(latest.values("status")[:1]),
         last_status_code=Subquery(latest.values("status_code")[:1]),
     )
