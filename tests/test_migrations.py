@@ -1,0 +1,106 @@
+"""Migrations that move data: run them on rows written by the schema before."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+from django.core.management import call_command
+from django.db import connection
+from django.db.migrations.executor import MigrationExecutor
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+BEFORE_SLOTS = [("endpoints", "0006_run_indexes_that_pay")]
+WITH_SLOTS = [("endpoints", "0007_slots")]
+AT = datetime(2026, 11, 22, 12, 0, tzinfo=UTC)
+
+
+@pytest.fixture
+def before_slots() -> Iterator[None]:
+    MigrationExecutor(connection).migrate(BEFORE_SLOTS)
+    yield
+    call_command("migrate", verbosity=0)  # the rest of the suite expects the latest schema
+
+
+def _insert_endpoint(cursor: Any, job_id: int, name: str, **state: Any) -> int:
+    columns = {
+        "job_id": job_id,
+        "name": name,
+        "description": "",
+        "url": "http://x/",
+        "method": "GET",
+        "headers": "{}",
+        "secret_header_names": "[]",
+        "timeout_ms": 4_000,
+        "max_response_size_kb": 100,
+        "baseline_cron": "",
+        "timezone": "UTC",
+        "baseline_interval_ms": 60_000,
+        "ai_hint_reason": "",
+        "pause_reason": "",
+        "next_run_source": "",
+        "failure_count": 0,
+        "analyzed_failure_count": 0,
+        "created_at": AT,
+        "updated_at": AT,
+        **state,
+    }
+    names = ", ".join(columns)
+    marks = ", ".join(["%s"] * len(columns))
+    cursor.execute(
+        f"INSERT INTO endpoints_endpoint ({names}) VALUES ({marks}) RETURNING id",
+        list(columns.values()),
+    )
+    return cursor.fetchone()[0]
+
+
+def test_0007_gives_every_endpoint_a_slot_with_its_state(before_slots: None) -> None:
+    token = uuid.uuid4()
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "INSERT INTO endpoints_tenant (name, max_endpoints, min_interval_ms, "
+            "monthly_token_budget, hmac_secret, created_at) "
+            "VALUES ('t', 10, 1000, 0, '', %s) RETURNING id",
+            [AT],
+        )
+        tenant = cursor.fetchone()[0]
+        cursor.execute(
+            "INSERT INTO endpoints_job (tenant_id, name, description, status, created_at, "
+            "updated_at) VALUES (%s, 'j', '', 'active', %s, %s) RETURNING id",
+            [tenant, AT, AT],
+        )
+        job = cursor.fetchone()[0]
+        leased = _insert_endpoint(
+            cursor,
+            job,
+            "leased",
+            next_run_at=AT,
+            next_run_source="baseline-interval",
+            claim_token=token.hex if connection.vendor == "sqlite" else token,
+            locked_until=AT,
+        )
+        archived = _insert_endpoint(
+            cursor,
+            job,
+            "archived",
+            next_run_at=AT,
+            next_run_source="baseline-interval",
+            archived_at=AT,
+        )
+
+    MigrationExecutor(connection).migrate(WITH_SLOTS)
+
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT endpoint_id, job_id, timeout_ms, next_run_at IS NOT NULL, next_run_source, "
+            "claim_token, locked_until IS NOT NULL FROM endpoints_slot ORDER BY endpoint_id"
+        )
+        rows = [(*row[:5], row[5] and uuid.UUID(str(row[5])), bool(row[6])) for row in cursor]
+    assert rows == [
+        (leased, job, 4_000, True, "baseline-interval", token, True),
+        (archived, job, 4_000, False, "", None, False),  # archived: no next run
+    ]
