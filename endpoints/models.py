@@ -178,13 +178,7 @@ class EndpointQuerySet(models.QuerySet["Endpoint"]):
     def bulk_create(self, objs: Any, *args: Any, **kwargs: Any) -> list[Endpoint]:
         """Also inserts their slots (``save`` does it one by one)."""
         created = super().bulk_create(objs, *args, **kwargs)
-        slots = []
-        for endpoint in created:
-            slot = endpoint.slot_or_new()
-            slot.endpoint = endpoint
-            slot.job_id, slot.timeout_ms = endpoint.job_id, endpoint.timeout_ms
-            slots.append(slot)
-        Slot.objects.bulk_create(slots)
+        Slot.objects.bulk_create([endpoint.slot_to_save() for endpoint in created])
         return created
 
     def live(self) -> EndpointQuerySet:
@@ -355,9 +349,7 @@ class Endpoint(models.Model):
         endpoint's job and timeout, and a save without ``update_fields`` writes the whole
         slot, as it would have written those columns on the endpoint row."""
         super().save(*args, **kwargs)
-        slot = self.slot_or_new()
-        slot.endpoint = self
-        slot.job_id, slot.timeout_ms = self.job_id, self.timeout_ms
+        slot = self.slot_to_save()
         update_fields = kwargs.get("update_fields")
         if slot._state.adding:
             slot.save(force_insert=True)
@@ -488,6 +480,13 @@ class Endpoint(models.Model):
             slot = Slot()
             self.slot = slot
             return slot
+
+    def slot_to_save(self) -> Slot:
+        """The slot, attached to this (saved) endpoint, with its copies up to date."""
+        slot = self.slot_or_new()
+        slot.endpoint = self
+        slot.job_id, slot.timeout_ms = self.job_id, self.timeout_ms
+        return slot
 
 
 # The Slot's own fields (read and written through Endpoint properties), and the endpoint
