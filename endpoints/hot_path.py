@@ -213,12 +213,16 @@ def reschedule_all(
     return won
 
 
-# The slot row is locked first (if the claim is still ours), so the lease cannot change
-# hands between the endpoint's update and the slot's: both are written or neither.
+# The endpoint and slot rows are locked first, in that order (every writer of both takes
+# the endpoint's first, so none of them deadlocks with another), and only if the claim is
+# still ours, so the lease cannot change hands between the two updates: both are written
+# or neither. A person's edit that committed meanwhile fails the planning-fields test.
 _PG_RESCHEDULE = """
 WITH mine AS (
-    SELECT endpoint_id FROM endpoints_slot WHERE endpoint_id = %s AND claim_token = %s
-    FOR UPDATE
+    SELECT s.endpoint_id FROM endpoints_endpoint AS e
+    JOIN endpoints_slot AS s ON s.endpoint_id = e.id
+    WHERE e.id = %s AND s.claim_token = %s
+    FOR NO KEY UPDATE
 ), won AS (
     UPDATE endpoints_endpoint SET {own}
     WHERE id IN (SELECT endpoint_id FROM mine) AND {unchanged} RETURNING id

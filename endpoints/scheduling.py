@@ -754,6 +754,8 @@ def _recover(
         )
         Run.objects.filter(pk=run.pk).update(error=Concat(F("error"), Value(f"\n{note}")))
         with transaction.atomic():
+            # The endpoint's row first, as every writer of both rows locks them.
+            Endpoint.objects.select_for_update(no_key=True).filter(pk=endpoint.pk).exists()
             if Slot.objects.filter(pk=endpoint.pk, claim_token=claim.claim_token).update(
                 next_run_at=now + ERROR_RETRY, locked_until=None, claim_token=None
             ):

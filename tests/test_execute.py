@@ -7,7 +7,7 @@ import uuid
 from datetime import timedelta
 
 import pytest
-from django.db import connection, connections
+from django.db import connection, connections, transaction
 from django.utils import timezone
 
 from endpoints import scheduling
@@ -17,8 +17,10 @@ from endpoints.scheduling import (
     apply_hint,
     claim_due_endpoints,
     execute_claim,
+    record_outcomes,
     start_claims,
 )
+from tests.engine_processes import wait_until
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("loopback_allowed")]
 
@@ -372,4 +374,50 @@ def test_a_hint_applied_during_the_run_is_kept_and_planned_with(
     assert endpoint.ai_hint_interval_ms == 5_000
     assert endpoint.next_run_source == Source.AI_INTERVAL
     assert endpoint.next_run_at == run.started_at + 5 * S
+    assert endpoint.claim_token is None
+
+
+def _waiting_on_a_lock() -> bool:
+    with connection.cursor() as cursor:  # pg_locks is live, even inside a transaction
+        cursor.execute("SELECT count(*) FROM pg_locks WHERE NOT granted")
+        return cursor.fetchone()[0] > 0
+
+
+def test_a_pause_committed_while_its_run_is_written_wins_without_a_deadlock(
+    transactional_db, make_endpoint, target, caplog
+):
+    """The writer and a person's edit both write the endpoint row and its slot; both lock
+    the endpoint's first. In the other order, the writer (holding the slot) would wait
+    for the edit's endpoint row while the edit waited for the slot: PostgreSQL would kill
+    the writer's statement and a successful run would be recorded as a scheduler error."""
+    if connection.vendor != "postgresql":
+        pytest.skip("the lock order needs two PostgreSQL connections")
+    endpoint = make_endpoint(url=target.url("/"))
+    [started] = start_claims([due_claim(endpoint)])
+    outcome = started.outcome(started.call_and_wait())
+    until = timezone.now() + timedelta(hours=1)
+
+    def write() -> None:
+        try:
+            record_outcomes([outcome])
+        finally:
+            connections.close_all()
+
+    writer = threading.Thread(target=write)
+    with transaction.atomic():  # what pause_endpoint does: the endpoint, then its slot
+        Endpoint.objects.filter(pk=endpoint.pk).update(paused_until=until)
+        writer.start()
+        # The writer waits on the endpoint row, holding nothing.
+        assert wait_until(_waiting_on_a_lock, timeout=20, every=0.01)
+        Slot.objects.filter(pk=endpoint.pk).update(next_run_at=until, next_run_source="paused")
+    writer.join(timeout=20)
+
+    assert not writer.is_alive()
+    assert "scheduler error" not in caplog.text
+    run = Run.objects.get(pk=outcome.run.pk)
+    endpoint.refresh_from_db()
+    assert run.status == RunStatus.SUCCESS
+    # The writer saw the pause (its planning-fields test failed), planned again with it,
+    # and released the lease.
+    assert (endpoint.next_run_at, endpoint.next_run_source) == (until, "paused")
     assert endpoint.claim_token is None
