@@ -206,8 +206,8 @@ def reschedule_all(
     endpoint_sql = _SQLITE_RESCHEDULE_ENDPOINT.format(own=_assign(own), unchanged=_unchanged("IS"))
     slot_sql = _SQLITE_RESCHEDULE_SLOT.format(slot=_assign(slot))
     won = []
-    for pk, token, own_v, same_v, slot_v in rows:
-        with transaction.atomic():
+    with transaction.atomic():
+        for pk, token, own_v, same_v, slot_v in rows:
             mine = bool(fetch(endpoint_sql, [*own_v, pk, *same_v, pk, token]))
             won.append(mine and bool(fetch(slot_sql, [*slot_v, pk, token])))
     return won
