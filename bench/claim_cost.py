@@ -51,8 +51,8 @@ SELECT 'endpoint-' || g, '', 'http://127.0.0.1:9/', 'GET', '{}', '[]', 30000, 10
 FROM generate_series(1, %(size)s) AS g
 """
 POPULATE_SLOTS = """
-INSERT INTO endpoints_slot (endpoint_id, job_id, timeout_ms, next_run_at, next_run_source)
-SELECT id, job_id, timeout_ms,
+INSERT INTO endpoints_slot (endpoint_id, job_id, next_run_at, next_run_source)
+SELECT id, job_id,
        CASE WHEN id %% %(every)s = 0
             THEN %(t0)s - INTERVAL '10 seconds' + (id %% 1000) * INTERVAL '1 millisecond'
             ELSE %(t0)s + INTERVAL '1 hour' + (id %% 86400) * INTERVAL '1 second' END,
@@ -198,7 +198,7 @@ def explain_claim(due: int, *, drop: tuple[str, ...] = ()) -> str:
     params = {
         "now": now,
         "due_by": now + timedelta(milliseconds=HORIZON_MS),
-        "grace": settings.CRONICORN_LEASE_GRACE_SECONDS,
+        "lease": settings.CRONICORN_LEASE_SECONDS,
         "limit": due,
     }
     with transaction.atomic():

@@ -145,7 +145,7 @@ def main() -> None:
 
     url = pg_url("cc_bench_execute") if args.database == "postgres" else sqlite_url("execute")
     fresh_database(url)
-    setup_django(url, CRONICORN_LEASE_GRACE_SECONDS="600")  # runs outlive a slow pass
+    setup_django(url, CRONICORN_LEASE_SECONDS="600")  # runs outlive a slow pass
     from endpoints.executor import HttpRequest, perform_request
     from endpoints.scheduling import execute_claim
 

@@ -203,6 +203,11 @@ CELERY_ENABLE_UTC = True
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 # ETAs stay inside the claim horizon (seconds), far below this visibility timeout.
 CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": 3600}
+# Workers reconnect after a broker outage of any length instead of giving up.
+CELERY_BROKER_CONNECTION_MAX_RETRIES = None
+if CELERY_BROKER_URL.startswith("redis://"):
+    # kombu's Redis transport with a worker that survives a Redis restart (see broker.py).
+    CELERY_BROKER_TRANSPORT = "cronicorn_site.broker:Transport"
 
 # --- Cronicorn ------------------------------------------------------------------------
 # How often celery beat sends the tick, and how far ahead (ms) a tick claims. The horizon
@@ -217,7 +222,11 @@ if CRONICORN_CLAIM_HORIZON_MS > CRONICORN_TICK_SECONDS * 1000:
         f"({CRONICORN_TICK_SECONDS} s); keep it at or below the tick."
     )
 CRONICORN_BATCH_SIZE = env_int("CRONICORN_BATCH_SIZE", 1000, minimum=1)
-CRONICORN_LEASE_GRACE_SECONDS = env_int("CRONICORN_LEASE_GRACE_SECONDS", 30, minimum=1)
+# A claim's lease: how long a claim nobody renews stays taken. The process that holds a
+# claim (waiting for its time, or with its run in flight) renews it every third of this,
+# so a dead or stalled worker's claims are free again within this many seconds, whatever
+# the endpoint's timeout (DESIGN "Life of a run", step 6).
+CRONICORN_LEASE_SECONDS = env_int("CRONICORN_LEASE_SECONDS", 10, minimum=2)
 CRONICORN_ZOMBIE_THRESHOLD_SECONDS = env_int("CRONICORN_ZOMBIE_THRESHOLD_SECONDS", 0, minimum=0)
 CRONICORN_MAINTENANCE_SECONDS = env_int("CRONICORN_MAINTENANCE_SECONDS", 30, minimum=1)
 CRONICORN_RUN_RETENTION_DAYS = env_int("CRONICORN_RUN_RETENTION_DAYS", 30, minimum=1)

@@ -20,9 +20,19 @@ except the writer's short linger):
    (``scheduling.record_outcomes``). A claim's future resolves once its run is written.
 
 ``max_in_flight`` bounds the runs started and not yet written: past it, the timer holds
-due claims back. Starter and writer threads keep their database connection between
-batches and close it when the dispatcher stops; they are daemons, so a shutdown that
-gives up on a hung request is not then blocked by it at exit.
+due claims back.
+
+A renewer thread keeps the leases of every claim the dispatcher holds (waiting for its
+time, or with its run in flight) alive, every third of ``CRONICORN_LEASE_SECONDS``: a
+live process keeps its claims however long its runs take, a dead or stopped one loses
+them within one lease (DESIGN "Life of a run", step 6). A claim that arrives more than
+a tick late (a catch-up after downtime, or after its first holder died) starts at a
+stable offset within ``CATCH_UP_SPREAD`` rather than at once, so endpoints freed
+together do not keep running in one burst for good (start-to-start keeps the spread).
+
+Starter, writer and renewer threads keep their database connection between batches and
+close it when the dispatcher stops; they are daemons, so a shutdown that gives up on a
+hung request is not then blocked by it at exit.
 """
 
 from __future__ import annotations
@@ -39,10 +49,20 @@ from concurrent.futures import Future
 from concurrent.futures import wait as wait_for_futures
 from typing import Any
 
+from django.conf import settings
 from django.db import close_old_connections, connections
+from django.utils import timezone
 
 from endpoints.models import Run
-from endpoints.scheduling import Claim, Outcome, Started, record_outcomes, start_claims
+from endpoints.scheduling import (
+    UNAVAILABLE,
+    Claim,
+    Outcome,
+    Started,
+    record_outcomes,
+    renew_leases,
+    start_claims,
+)
 
 logger = logging.getLogger("cronicorn.scheduler")
 
@@ -55,9 +75,30 @@ STARTERS = 2
 WRITE_LINGER = 0.02
 WRITE_BATCH = 50
 
+# A claim this late (seconds) is a catch-up; catch-ups start spread over this window.
+CATCH_UP_AFTER = 1.0
+CATCH_UP_SPREAD = 1.0
+# The golden ratio's fraction spreads consecutive endpoint ids evenly over a window.
+_SPREAD_STEP = 0.6180339887498949
+# How long the writer keeps trying to record a batch while the database is away, and its
+# longest wait between tries: outcomes recorded after a short outage are not lost.
+WRITE_RETRY_SECONDS = 30.0
+WRITE_RETRY_MAX_WAIT = 2.0
+
 # What starting a claim gives: a run to call, an outcome already called (test seams),
 # a run a scheduler error cut short, or None (nothing to run).
 Start = Callable[[list[Claim]], Sequence[Started | Outcome | Run | None]]
+# Renews the leases of the claims and runs held: (claims, run ids).
+Renew = Callable[[list[Claim], list[int]], Any]
+
+
+def start_time(claim: Claim, now: float) -> float:
+    """When to start ``claim`` (a Unix time): its slot, or for a catch-up a stable offset
+    from now, the same for an endpoint every time."""
+    at = claim.scheduled_for.timestamp()
+    if now - at <= CATCH_UP_AFTER:
+        return at
+    return now + (claim.endpoint_id * _SPREAD_STEP) % 1.0 * CATCH_UP_SPREAD
 
 
 def start_due_claims(claims: list[Claim]) -> list[Started | None]:
@@ -71,6 +112,11 @@ def record(outcomes: list[Outcome]) -> None:
     record_outcomes(outcomes)
 
 
+def renew(claims: list[Claim], runs: list[int]) -> None:
+    close_old_connections()
+    renew_leases(claims, runs, now=timezone.now())
+
+
 class ClaimDispatcher:
     def __init__(
         self,
@@ -78,14 +124,18 @@ class ClaimDispatcher:
         max_in_flight: int,
         start: Start = start_due_claims,
         record: Callable[[list[Outcome]], Any] = record,
+        renew: Renew = renew,
     ) -> None:
         self._max_in_flight = max_in_flight
         self._start_claims = start
         self._record = record
+        self._renew = renew
         self._condition = threading.Condition()
         self._heap: list[tuple[float, int, Claim, Future[Any]]] = []
         self._order = itertools.count()
-        self._in_flight: set[Future[Any]] = set()
+        # Claims started and not written yet, and the ids of their runs once recorded.
+        self._in_flight: dict[Future[Any], Claim] = {}
+        self._runs: dict[Future[Any], int] = {}
         self._closed = False
         self._due: queue.SimpleQueue[tuple[Claim, Future[Any]] | None] = queue.SimpleQueue()
         self._starters = [
@@ -101,7 +151,11 @@ class ClaimDispatcher:
         self._writer = threading.Thread(
             target=self._write_loop, name="cronicorn-writer", daemon=True
         )
-        for thread in (*self._starters, self._timer, self._writer):
+        self._stopped = threading.Event()
+        self._renewer = threading.Thread(
+            target=self._renew_loop, name="cronicorn-renewer", daemon=True
+        )
+        for thread in (*self._starters, self._timer, self._writer, self._renewer):
             thread.start()
 
     def submit(self, claim: Claim) -> Future[Any]:
@@ -110,7 +164,7 @@ class ClaimDispatcher:
         with self._condition:
             if self._closed:
                 raise RuntimeError("The dispatcher is shut down; no new claims.")
-            entry = (claim.scheduled_for.timestamp(), next(self._order), claim, future)
+            entry = (start_time(claim, time.time()), next(self._order), claim, future)
             heapq.heappush(self._heap, entry)
             self._condition.notify()
         return future
@@ -142,6 +196,7 @@ class ClaimDispatcher:
             self._closed = True
             running = set(self._in_flight)
             self._condition.notify()
+        # Runs still in flight keep their leases while this waits for them.
         with self._written:
             self._lingering = False
             self._written.notify()
@@ -155,7 +210,31 @@ class ClaimDispatcher:
             self._writing = False  # the writer writes what is left, then exits
             self._written.notify()
         self._writer.join(timeout=max(deadline - time.monotonic(), 0))
+        self._stopped.set()
         return not not_done
+
+    def held(self) -> tuple[list[Claim], list[int]]:
+        """The claims this dispatcher holds (waiting or in flight) and the runs in flight."""
+        with self._condition:
+            claims = [entry[2] for entry in self._heap]
+            claims += self._in_flight.values()
+            return claims, list(self._runs.values())
+
+    def _renew_loop(self) -> None:
+        every = settings.CRONICORN_LEASE_SECONDS / 3
+        try:
+            while not self._stopped.wait(every):
+                claims, runs = self.held()
+                if not claims:
+                    continue
+                try:
+                    self._renew(claims, runs)
+                except Exception as exc:
+                    # The database may be away; the next turn tries again, and the
+                    # leases last two more turns.
+                    logger.warning("could not renew %d lease(s): %s", len(claims), exc)
+        finally:
+            connections.close_all()
 
     def _run_timer(self) -> None:
         with self._condition:
@@ -168,13 +247,14 @@ class ClaimDispatcher:
                     self._condition.wait(timeout=delay)
                     continue
                 _at, _order, claim, future = heapq.heappop(self._heap)
-                self._in_flight.add(future)
+                self._in_flight[future] = claim
                 future.add_done_callback(self._forget)
                 self._due.put((claim, future))
 
     def _forget(self, future: Future[Any]) -> None:
         with self._condition:
-            self._in_flight.discard(future)
+            self._in_flight.pop(future, None)
+            self._runs.pop(future, None)
             self._condition.notify()
 
     def _start_loop(self) -> None:
@@ -206,6 +286,9 @@ class ClaimDispatcher:
             return
         for (_claim, future), item in zip(live, started, strict=True):
             if isinstance(item, Started):
+                with self._condition:
+                    if not future.done():
+                        self._runs[future] = item.run.pk
                 try:
                     request = item.call()
                 except Exception:
@@ -261,11 +344,37 @@ class ClaimDispatcher:
 
     def _write(self, batch: list[tuple[Outcome, Future[Any], float]]) -> None:
         """Record the batch, then resolve its futures, whatever happened: a caller (a
-        Celery execute task) must never wait forever."""
-        try:
-            self._record([outcome for outcome, _future, _at in batch])
-        except Exception:
-            logger.exception("could not record %d run(s); their leases will expire", len(batch))
+        Celery execute task) must never wait forever. While the database is away the
+        batch is tried again for up to ``WRITE_RETRY_SECONDS`` (its leases are renewed
+        meanwhile), so a short outage loses no outcome."""
+        outcomes = [outcome for outcome, _future, _at in batch]
+        gives_up = time.monotonic() + WRITE_RETRY_SECONDS
+        wait = 0.1
+        while True:
+            try:
+                self._record(outcomes)
+                break
+            except UNAVAILABLE as exc:
+                if time.monotonic() + wait > gives_up:
+                    logger.error(
+                        "could not record %d run(s), the database is unavailable (%s); "
+                        "they will be declared lost and retried",
+                        len(batch),
+                        exc,
+                    )
+                    break
+                logger.warning(
+                    "database unavailable while recording %d run(s) (%s); trying again in %.1f s",
+                    len(batch),
+                    exc,
+                    wait,
+                )
+                connections.close_all()
+                time.sleep(wait)
+                wait = min(wait * 2, WRITE_RETRY_MAX_WAIT)
+            except Exception:
+                logger.exception("could not record %d run(s); they will be lost", len(batch))
+                break
         for outcome, future, _at in batch:
             future.set_result(outcome.run)
 

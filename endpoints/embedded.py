@@ -48,10 +48,11 @@ class EmbeddedScheduler:
 
     def tick_once(self, *, now: datetime | None = None) -> bool:
         """Claim what is due and hand it to the dispatcher; True if anything was claimed."""
-        claims = scheduling.tick(now=now)
+        return bool(scheduling.tick(now=now, dispatch=self._submit_all))
+
+    def _submit_all(self, claims: list[scheduling.Claim]) -> None:
         for claim in claims:
             self.dispatcher.submit(claim)
-        return bool(claims)
 
     def maintain_once(self, *, now: datetime | None = None) -> int:
         """Sweep zombies, and prune old runs once an hour; returns the runs marked lost."""

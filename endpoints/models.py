@@ -485,14 +485,14 @@ class Endpoint(models.Model):
         """The slot, attached to this (saved) endpoint, with its copies up to date."""
         slot = self.slot_or_new()
         slot.endpoint = self
-        slot.job_id, slot.timeout_ms = self.job_id, self.timeout_ms
+        slot.job_id = self.job_id
         return slot
 
 
 # The Slot's own fields (read and written through Endpoint properties), and the endpoint
 # fields it copies by the names a save may give them.
 SLOT_FIELDS = ("next_run_at", "next_run_source", "locked_until", "claim_token")
-SLOT_COPIES = {"job": "job", "job_id": "job", "timeout_ms": "timeout_ms"}
+SLOT_COPIES = {"job": "job", "job_id": "job"}
 
 
 class SlotQuerySet(models.QuerySet["Slot"]):
@@ -511,15 +511,15 @@ class Slot(models.Model):
     in one statement, and a claim writes a new version of every row it takes with an
     entry in each of the table's indexes: a version of this narrow row, with these few
     indexes, costs about half as much as one of the endpoint's (bench/claim_cost.py).
-    ``job`` and ``timeout_ms`` are the endpoint's, copied by ``Endpoint.save``, so the
-    claim reads no endpoint row. An archived endpoint's slot has no next run.
+    ``job`` is the endpoint's, copied by ``Endpoint.save``, so the claim reads no endpoint
+    row. An archived endpoint's slot has no next run. A claim's lease (``locked_until``)
+    is short and renewed by the process that holds it, so it needs no request timeout.
     """
 
     endpoint = models.OneToOneField(
         Endpoint, on_delete=models.CASCADE, primary_key=True, related_name="slot"
     )
     job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="+", db_index=False)
-    timeout_ms = models.PositiveIntegerField()
     next_run_at = models.DateTimeField(null=True, blank=True)
     next_run_source = models.CharField(max_length=32, choices=Source.choices, blank=True)
     locked_until = models.DateTimeField(null=True, blank=True)
@@ -634,6 +634,13 @@ class Run(models.Model):
                 fields=["endpoint", "scheduled_for"],
                 condition=Q(trigger="scheduled"),
                 name="endpoints_run_one_per_slot",
+            ),
+            # One run per claim for the other attempts too (run now, retries): two
+            # deliveries of one claim cannot both start it (scheduling._start_run).
+            models.UniqueConstraint(
+                fields=["endpoint", "scheduled_for", "attempt"],
+                condition=Q(trigger__in=["manual", "retry"]),
+                name="endpoints_run_one_per_attempt",
             ),
             models.CheckConstraint(
                 condition=Q(attempt__gte=1), name="endpoints_run_attempt_positive"

@@ -18,7 +18,7 @@ from __future__ import annotations
 import logging
 import time
 import uuid
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import Future
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, replace
@@ -26,7 +26,14 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings
-from django.db import DatabaseError, IntegrityError, connection, transaction
+from django.db import (
+    DatabaseError,
+    IntegrityError,
+    InterfaceError,
+    OperationalError,
+    connection,
+    transaction,
+)
 from django.db.models import Count, F, Q, Value
 from django.db.models.functions import Concat
 from django.utils import timezone
@@ -58,6 +65,12 @@ from endpoints.models import (
 from endpoints.schedules import describe_delta
 
 logger = logging.getLogger("cronicorn.scheduler")
+
+# The database is away (restart, failover, network): worth trying the same writes again,
+# unlike an error in the data. psycopg reports a lost or refused connection, and a
+# deadlock, as OperationalError; a connection Django already knows is closed as
+# InterfaceError.
+UNAVAILABLE = (OperationalError, InterfaceError)
 
 PRUNE_BATCH_SIZE = 1_000
 HEALTH_LATENESS_SAMPLE = 10_000
@@ -143,8 +156,7 @@ _CLAIMABLE = "c.claim_token IS NULL AND c.next_run_at <= %(due_by)s"
 _PG_CLAIM_UNLIMITED = f"""
 UPDATE endpoints_slot AS s
 SET claim_token = gen_random_uuid(),
-    locked_until = GREATEST(%(now)s, s.next_run_at)
-        + s.timeout_ms * INTERVAL '1 millisecond' + %(grace)s * INTERVAL '1 second'
+    locked_until = GREATEST(%(now)s, s.next_run_at) + %(lease)s * INTERVAL '1 second'
 WHERE s.ctid = ANY(ARRAY(
     SELECT c.ctid FROM endpoints_slot AS c
     JOIN endpoints_job AS j ON j.id = c.job_id
@@ -190,14 +202,13 @@ WITH free AS MATERIALIZED (
 )
 UPDATE endpoints_slot AS s
 SET claim_token = gen_random_uuid(),
-    locked_until = GREATEST(%(now)s, s.next_run_at)
-        + s.timeout_ms * INTERVAL '1 millisecond' + %(grace)s * INTERVAL '1 second'
+    locked_until = GREATEST(%(now)s, s.next_run_at) + %(lease)s * INTERVAL '1 second'
 FROM chosen
 WHERE s.endpoint_id = chosen.endpoint_id AND s.claim_token IS NULL
 RETURNING s.endpoint_id, s.claim_token, s.next_run_at, s.next_run_source
 """  # noqa: S608
 
-# Expired leases (the worker died or stalled past timeout + grace) go back to the
+# Expired leases (no live process renewed them: a worker died or stalled) go back to the
 # claimable index here, through the ``endpoints_slot_leased`` index, so the claim
 # itself only ever scans ``endpoints_slot_claimable``: O(expired), usually nothing.
 _PG_RELEASE_EXPIRED = """
@@ -222,7 +233,7 @@ def claim_due_endpoints(*, now: datetime, limit: int, horizon_ms: int) -> list[C
     params = {
         "now": now,
         "due_by": now + timedelta(milliseconds=horizon_ms),
-        "grace": settings.CRONICORN_LEASE_GRACE_SECONDS,
+        "lease": settings.CRONICORN_LEASE_SECONDS,
         "limit": limit,
     }
     with transaction.atomic():
@@ -278,24 +289,24 @@ def _claim_portable(params: dict[str, Any]) -> list[tuple[Any, ...]]:
     due = Slot.objects.filter(
         claim_token__isnull=True, next_run_at__lte=params["due_by"], job__status=JobStatus.ACTIVE
     ).order_by("next_run_at", "pk")
-    fields = ("pk", "next_run_at", "next_run_source", "timeout_ms")
+    fields = ("pk", "next_run_at", "next_run_source")
     chosen = _within_free_slots(due.filter(job__max_concurrent__isnull=False))
     chosen = chosen[: params["limit"]]
     remaining = params["limit"] - len(chosen)
     chosen += list(due.filter(job__max_concurrent__isnull=True).values(*fields)[:remaining])
 
-    grace = timedelta(seconds=params["grace"])
+    lease_for = timedelta(seconds=params["lease"])
     rows = []
     for row in chosen:
         token = uuid.uuid4()
-        lease = max(now, row["next_run_at"]) + timedelta(milliseconds=row["timeout_ms"]) + grace
+        lease = max(now, row["next_run_at"]) + lease_for
         Slot.objects.filter(pk=row["pk"]).update(claim_token=token, locked_until=lease)
         rows.append((row["pk"], token, row["next_run_at"], row["next_run_source"]))
     return rows
 
 
 def _within_free_slots(due: Any) -> list[dict[str, Any]]:
-    rows = list(due.values("pk", "job_id", "next_run_at", "next_run_source", "timeout_ms"))
+    rows = list(due.values("pk", "job_id", "next_run_at", "next_run_source"))
     if not rows:
         return []
     job_ids = {row["job_id"] for row in rows}
@@ -325,18 +336,31 @@ def release_claims(claims: Iterable[Claim]) -> int:
     return released
 
 
-def tick(*, now: datetime | None = None) -> list[Claim]:
-    """One scheduler tick: claim what is due within the horizon and record a heartbeat.
+def tick(
+    *, now: datetime | None = None, dispatch: Callable[[list[Claim]], Any] | None = None
+) -> list[Claim]:
+    """One scheduler tick: claim what is due within the horizon, batch after batch, until
+    nothing due is left or half the tick is spent, and record a heartbeat.
 
-    Dispatch is the caller's: the Celery tick task enqueues the claims, ``runscheduler``
-    hands them to its thread pool.
+    A fixed batch per tick would silently cap the fleet at ``CRONICORN_BATCH_SIZE`` runs
+    per tick (trap 17), so the batch only bounds one transaction. ``dispatch`` receives
+    each batch once it is committed (the Celery tick task enqueues it, ``runscheduler``
+    hands it to its dispatcher), so the first runs start while later batches are claimed.
+    Returns every claim taken.
     """
     now = now or timezone.now()
-    claims = claim_due_endpoints(
-        now=now,
-        limit=settings.CRONICORN_BATCH_SIZE,
-        horizon_ms=settings.CRONICORN_CLAIM_HORIZON_MS,
-    )
+    budget_ends = time.monotonic() + settings.CRONICORN_TICK_SECONDS / 2
+    batch = settings.CRONICORN_BATCH_SIZE
+    claims: list[Claim] = []
+    while True:
+        taken = claim_due_endpoints(
+            now=now, limit=batch, horizon_ms=settings.CRONICORN_CLAIM_HORIZON_MS
+        )
+        claims += taken
+        if dispatch is not None and taken:
+            dispatch(taken)
+        if len(taken) < batch or time.monotonic() >= budget_ends:
+            break
     Heartbeat.beat("tick", now=now, claimed=len(claims))
     metrics.record_claims(len(claims))
     if logger.isEnabledFor(logging.DEBUG):
@@ -437,8 +461,7 @@ def start_claims(claims: Sequence[Claim]) -> list[Started | None]:
         now = _wait_for_slot(max(claim.scheduled_for for claim in claims))
         endpoints = hot_path.load_endpoints([claim.endpoint_id for claim in claims])
     except Exception:
-        for claim in claims:
-            _log_not_started(claim)
+        _give_back(claims)
         return [None] * len(claims)
     started: list[Started | None] = [None] * len(claims)
     ready: dict[int, tuple[int, ClaimedEndpoint, Claim]] = {}  # by endpoint: one run each
@@ -449,7 +472,7 @@ def start_claims(claims: Sequence[Claim]) -> list[Started | None]:
         try:
             endpoint = _runnable(claim, endpoints.get(claim.endpoint_id), now)
         except Exception:
-            _log_not_started(claim)
+            _give_back([claim])
             continue
         if endpoint is not None:
             ready[claim.endpoint_id] = (index, endpoint, claim)
@@ -461,14 +484,28 @@ def start_claims(claims: Sequence[Claim]) -> list[Started | None]:
             try:
                 run = _start_run(endpoint, claim, now)
             except Exception:
-                _log_not_started(claim)
+                _give_back([claim])
                 continue
-        started[index] = Started(endpoint, claim, run, now)
+        if run is not None:
+            started[index] = Started(endpoint, claim, run, now)
     return started
 
 
-def _log_not_started(claim: Claim) -> None:
-    _log(logging.ERROR, "could not start the run; the lease will expire", claim=claim, exc=True)
+def _give_back(claims: Sequence[Claim]) -> None:
+    """Claims whose runs could not be recorded (the database went away, say) are released
+    at once for the next tick; if even that fails, their short leases expire unrenewed."""
+    why = "could not start the run"
+    try:
+        released = release_claims(claims)
+    except Exception:
+        released = -1
+    for claim in claims:
+        if released < 0:
+            lease = settings.CRONICORN_LEASE_SECONDS
+            text = f"{why}; the claim could not be released either, its lease ends within {lease} s"
+        else:
+            text = f"{why}; the claim is released for the next tick"
+        _log(logging.ERROR, text, claim=claim, exc=True)
 
 
 def _insert_runs_of_slots(
@@ -516,6 +553,8 @@ def record_outcomes(outcomes: Sequence[Outcome]) -> None:
             won = hot_path.reschedule_all(
                 [(o.endpoint, o.claim.claim_token, values) for o, values in reschedules]
             )
+    except UNAVAILABLE:
+        raise  # nothing was written: the caller may try the whole batch again
     except DatabaseError:
         for outcome in outcomes:
             _record_alone(outcome)
@@ -542,12 +581,16 @@ def _record_alone(outcome: Outcome) -> None:
         try:
             with _statement_guard():
                 updated = hot_path.finish_runs([(outcome.run.pk, values)])[0]
+        except UNAVAILABLE:
+            raise
         except DatabaseError as exc:  # e.g. a NUL character, which PostgreSQL's jsonb refuses
             values["response_body"] = None
             values["error"] = f"{values['error']} (the response body could not be stored: {exc})"
             updated = hot_path.finish_runs([(outcome.run.pk, values)])[0]
         _log_finish(outcome, updated)
         _reschedule(outcome, outcome.endpoint)
+    except UNAVAILABLE:
+        raise  # the database is away: the caller may try again
     except Exception as exc:
         _recover(outcome.endpoint, outcome.claim, outcome.run, outcome.started, exc)
 
@@ -578,7 +621,7 @@ def _runnable(
         _drop_claim(claim, endpoint, now)
         _log(logging.INFO, f"claim dropped: {reason}", claim=claim)
         return None
-    return _ensure_lease_outlasts_request(endpoint, claim, now)
+    return _ensure_lease_at_start(endpoint, claim, now)
 
 
 def _drop_claim(claim: Claim, endpoint: ClaimedEndpoint, now: datetime) -> None:
@@ -607,28 +650,44 @@ def _why_not_runnable(endpoint: ClaimedEndpoint, now: datetime) -> str:
     return ""
 
 
-def _ensure_lease_outlasts_request(
+def _ensure_lease_at_start(
     endpoint: ClaimedEndpoint, claim: Claim, now: datetime
 ) -> ClaimedEndpoint | None:
-    """A message that starts very late (a busy worker) extends its lease before calling out,
-    so the lease cannot expire mid-request and let a second claimer run it concurrently."""
+    """A claim that starts late (a busy worker) renews its lease before calling out if less
+    than half of it is left, so it cannot expire before the first renewal (``renew_leases``)
+    and let a second claimer run the slot concurrently. An expired lease is not revived:
+    another claimer may hold the slot already."""
     assert endpoint.locked_until is not None
-    needed = now + timedelta(
-        milliseconds=endpoint.timeout_ms, seconds=settings.CRONICORN_LEASE_GRACE_SECONDS / 2
-    )
-    if endpoint.locked_until >= needed:
+    lease = timedelta(seconds=settings.CRONICORN_LEASE_SECONDS)
+    if endpoint.locked_until >= now + lease / 2:
         return endpoint
-    lease = now + timedelta(
-        milliseconds=endpoint.timeout_ms, seconds=settings.CRONICORN_LEASE_GRACE_SECONDS
-    )
     extended = Slot.objects.filter(
         pk=endpoint.pk, claim_token=claim.claim_token, locked_until__gt=now
-    ).update(locked_until=lease)
+    ).update(locked_until=now + lease)
     if not extended:
         _log(logging.WARNING, "stale claim: the lease expired before the run", claim=claim)
         return None
-    endpoint.locked_until = lease
+    endpoint.locked_until = now + lease
     return endpoint
+
+
+def renew_leases(claims: Sequence[Claim], runs: Sequence[int], *, now: datetime) -> int:
+    """Extend the leases of claims a live process holds (waiting for their time, or with
+    their run in flight) and of those runs, to ``now`` + the lease. Only leases that have
+    not expired are renewed: an expired one may have passed to another claimer already.
+    Returns how many claims are still held."""
+    until = now + timedelta(seconds=settings.CRONICORN_LEASE_SECONDS)
+    held = Q()
+    for claim in claims:
+        held |= Q(pk=claim.endpoint_id, claim_token=claim.claim_token)
+    renewed = 0
+    if claims:
+        renewed = Slot.objects.filter(held, locked_until__gt=now).update(locked_until=until)
+    if runs:
+        Run.objects.filter(pk__in=runs, status=RunStatus.RUNNING, lease_expires_at__gt=now).update(
+            lease_expires_at=until
+        )
+    return renewed
 
 
 def _statement_guard() -> AbstractContextManager[Any]:
@@ -638,11 +697,17 @@ def _statement_guard() -> AbstractContextManager[Any]:
     return transaction.atomic() if connection.in_atomic_block else nullcontext()
 
 
-def _start_run(endpoint: ClaimedEndpoint, claim: Claim, started: datetime) -> Run:
-    """Create the Run before the request. A slot already attempted becomes a retry.
+def _start_run(endpoint: ClaimedEndpoint, claim: Claim, started: datetime) -> Run | None:
+    """Create the Run before the request; None if this claim's run exists already.
 
-    Scheduled slots are unique in the database (``endpoints_run_one_per_slot``), so the
-    common case is one insert; only a reclaimed slot (lost lease) pays for a lookup.
+    One run per claim (DESIGN "Redelivery is a no-op"): a broker may deliver the same
+    claim again (a connection drop restores unacknowledged messages, a duplicate publish,
+    a visibility timeout) while its run is in flight, and the token is still on the slot.
+    The database decides, not the message: a slot's attempts are unique
+    (``endpoints_run_one_per_slot`` for scheduled runs, ``endpoints_run_one_per_attempt``
+    for the others), so of two deliveries racing here one insert fails and finds the
+    other's run, with its own token. An earlier attempt under *another* token is a run
+    whose lease expired (its worker stopped renewing it): only then is it retried.
     """
     fields = _run_fields(endpoint, claim, started)
     previous = None
@@ -656,11 +721,40 @@ def _start_run(endpoint: ClaimedEndpoint, claim: Claim, started: datetime) -> Ru
             previous = _latest_attempt(endpoint.pk, claim.scheduled_for)
             if previous is None:
                 raise
-    _mark_lost(previous, started, f"its lease expired; retried by claim {claim.claim_token}")
+    if previous.claim_token == claim.claim_token:
+        _log_redelivered(claim, previous)
+        return None
+    _mark_lost(previous, started, _lost_reason(previous, claim))
     fields.update(trigger=RunTrigger.RETRY, attempt=previous.attempt + 1, retry_of=previous)
-    run = Run.objects.create(**fields)
-    _log(logging.WARNING, f"retrying run {previous.pk}", claim=claim, run_id=run.pk)
+    try:
+        with _statement_guard():
+            run = Run.objects.create(**fields)
+    except IntegrityError:  # the same claim, delivered twice, started its retry first
+        latest = _latest_attempt(endpoint.pk, claim.scheduled_for)
+        if latest is None or latest.claim_token != claim.claim_token:
+            raise
+        _log_redelivered(claim, latest)
+        return None
+    _log(logging.WARNING, f"retrying run {previous.pk} (lost)", claim=claim, run_id=run.pk)
     return run
+
+
+def _log_redelivered(claim: Claim, run: Run) -> None:
+    _log(
+        logging.INFO,
+        f"claim delivered again; its run {run.pk} already started ({run.status}); nothing done",
+        claim=claim,
+        run_id=run.pk,
+    )
+
+
+def _lost_reason(previous: Run, claim: Claim) -> str:
+    expired = previous.lease_expires_at
+    when = f" at {expired:%H:%M:%S}Z" if expired else ""
+    return (
+        f"its lease expired{when} without being renewed (its worker died, stalled or lost "
+        f"the database); retried by claim {claim.claim_token}"
+    )
 
 
 def _run_fields(endpoint: ClaimedEndpoint, claim: Claim, started: datetime) -> dict[str, Any]:
@@ -686,6 +780,7 @@ def _latest_attempt(endpoint_id: int, scheduled_for: datetime) -> Run | None:
     return (
         Run.objects.filter(endpoint_id=endpoint_id, scheduled_for=scheduled_for)
         .exclude(trigger=RunTrigger.TEST)
+        .only("pk", "status", "attempt", "claim_token", "lease_expires_at")
         .order_by("-attempt", "-pk")
         .first()
     )
@@ -726,17 +821,20 @@ def _finish_values(outcome: Outcome) -> dict[str, Any]:
 
 
 def _log_finish(outcome: Outcome, updated: bool) -> None:
-    """Count and log a finished run; ``updated`` is False if the sweep had declared it lost."""
+    """Count and log a finished run; ``updated`` is False if its row was no longer running
+    (declared lost meanwhile) or is gone (its endpoint was deleted)."""
     status = RESULT_STATUS.get(outcome.result.status, RunStatus.FAILURE)
-    if updated:
-        duration_ms = max(int(outcome.result.duration_ms), 0)
-        metrics.record_run(outcome.run, status=status, duration_ms=duration_ms)
-    level = logging.DEBUG if status == RunStatus.SUCCESS else logging.INFO
-    if not updated:
-        level = logging.WARNING
-    word = status if updated else f"{status} after it was declared lost (kept lost)"
     duration = outcome.result.duration_ms
-    _log(level, f"run {word} in {duration} ms", claim=outcome.claim, run_id=outcome.run.pk)
+    if updated:
+        metrics.record_run(outcome.run, status=status, duration_ms=max(int(duration), 0))
+        level = logging.DEBUG if status == RunStatus.SUCCESS else logging.INFO
+        _log(level, f"run {status} in {duration} ms", claim=outcome.claim, run_id=outcome.run.pk)
+        return
+    if Run.objects.filter(pk=outcome.run.pk).exists():
+        word = f"{status} after it was declared lost; the record stays lost"
+    else:
+        word = f"{status} after its endpoint was deleted; nothing recorded"
+    _log(logging.WARNING, f"run {word} ({duration} ms)", claim=outcome.claim, run_id=outcome.run.pk)
 
 
 def _recover(
@@ -862,8 +960,8 @@ def sweep_zombies(*, now: datetime) -> int:
     lost = Run.objects.stale(now=threshold).update(
         status=RunStatus.LOST,
         finished_at=now,
-        error="Lost: the worker did not finish before its lease expired "
-        "(it was killed, or stalled past timeout + grace). The slot is retried.",
+        error="Lost: its lease expired without being renewed (the worker died, stalled or "
+        "lost the database before the run was recorded). The slot is retried.",
     )
     with transaction.atomic():
         if connection.vendor == "postgresql":

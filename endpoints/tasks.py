@@ -11,8 +11,11 @@ per run would cap the fleet near 500 runs/s. Claims due within the same short wi
 travel together (up to ``CHUNK_SIZE``), with the ETA of the earliest; the dispatcher
 then starts each at its own ``scheduled_for``.
 
-Every task is idempotent (a stale claim does nothing), so ``acks_late`` redelivery is
-safe; results are ignored (the Run row is the record).
+Every task is idempotent: a stale claim does nothing, and a claim delivered again while
+its run is in flight does nothing either (one run per claim, decided by the database:
+``scheduling._start_run``), so whatever the broker redelivers (``acks_late`` after a
+connection drop, a duplicate publish, a visibility timeout) runs nothing twice. Results
+are ignored (the Run row is the record).
 """
 
 from __future__ import annotations
@@ -76,10 +79,12 @@ def group_claims(claims: Sequence[Claim]) -> list[list[Claim]]:
 
 @shared_task(name="cronicorn.tick", ignore_result=True, soft_time_limit=30, time_limit=60)
 def tick() -> int:
-    claims = scheduling.tick()
-    # The claim has committed; enqueue only then (a worker must find the lease written).
+    return len(scheduling.tick(dispatch=send_after_commit))
+
+
+def send_after_commit(claims: list[Claim]) -> None:
+    # Each batch's claim has committed; enqueue only then (a worker must find the lease).
     transaction.on_commit(partial(send_claims, claims))
-    return len(claims)
 
 
 def send_claims(claims: Sequence[Claim]) -> None:

@@ -134,7 +134,7 @@ def test_a_worker_killed_mid_request_loses_the_run_and_the_slot_runs_again_after
     clear_broker()
     env = process_env(
         DATABASE_URL=child_database_url(),
-        CRONICORN_LEASE_GRACE_SECONDS="1",
+        CRONICORN_LEASE_SECONDS="2",
         CRONICORN_MAX_IN_FLIGHT="2",
     )
     with TargetServer() as target:

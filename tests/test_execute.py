@@ -247,11 +247,11 @@ def test_claims_started_together_each_get_their_own_run_or_nothing(
     now = timezone.now()
     Slot.objects.update(next_run_at=now, next_run_source=Source.BASELINE_INTERVAL)
     claims = {c.endpoint_id: c for c in claim_due_endpoints(now=now, limit=10, horizon_ms=0)}
-    dead = Run.objects.create(  # a worker died in this slot and its lease ran out
+    dead = Run.objects.create(  # a worker died in this slot under an earlier claim
         endpoint=reclaimed,
         scheduled_for=claims[reclaimed.pk].scheduled_for,
         started_at=now - S,
-        claim_token=claims[reclaimed.pk].claim_token,
+        claim_token=uuid.uuid4(),
         lease_expires_at=now,
     )
     Slot.objects.filter(pk=stale.pk).update(claim_token=uuid.uuid4())

@@ -342,11 +342,11 @@ def test_a_half_set_lease_or_an_unknown_source_is_refused_by_the_database(
     queryset.update(claim_token=uuid.uuid4(), locked_until=SOON)  # a whole lease is fine
 
 
-def test_every_endpoint_has_a_slot_that_follows_its_job_and_timeout(
+def test_every_endpoint_has_a_slot_that_follows_its_job(
     make_endpoint: MakeEndpoint, job: Job, tenant: Tenant
 ) -> None:
-    """The claim reads only slots, so their copies of job and timeout must never lag."""
-    made = make_endpoint(timeout_ms=5_000, next_run_at=SOON)
+    """The claim reads only slots, so their copy of the job must never lag."""
+    made = make_endpoint(next_run_at=SOON)
     bulk = Endpoint.objects.bulk_create(
         [
             Endpoint(job=job, name=f"bulk-{k}", url="http://x/", baseline_interval_ms=60_000)
@@ -355,17 +355,17 @@ def test_every_endpoint_has_a_slot_that_follows_its_job_and_timeout(
     )
     other = Job.objects.create(tenant=tenant, name="other")
 
-    made.timeout_ms, made.job = 7_000, other
-    made.save(update_fields=["timeout_ms", "job"])
-    bulk[0].timeout_ms = 9_000
+    made.job = other
+    made.save(update_fields=["job"])
+    bulk[0].job = other
     bulk[0].save()
 
     slots = {slot.pk: slot for slot in Slot.objects.all()}
     assert set(slots) == {made.pk, *(e.pk for e in bulk)}
-    assert (slots[made.pk].job_id, slots[made.pk].timeout_ms) == (other.pk, 7_000)
+    assert slots[made.pk].job_id == other.pk
     assert slots[made.pk].next_run_at == SOON  # kept: the save named no slot field
-    assert (slots[bulk[0].pk].job_id, slots[bulk[0].pk].timeout_ms) == (job.pk, 9_000)
-    assert slots[bulk[1].pk].timeout_ms == 30_000
+    assert slots[bulk[0].pk].job_id == other.pk
+    assert slots[bulk[1].pk].job_id == job.pk
     made.delete()
     assert not Slot.objects.filter(pk=made.pk).exists()
 
