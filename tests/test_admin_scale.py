@@ -62,8 +62,8 @@ def _fill(cursor: Any) -> dict[str, int]:
     )
     cursor.execute(
         """
-        INSERT INTO endpoints_slot (endpoint_id, job_id, timeout_ms, next_run_at, next_run_source)
-        SELECT e.id, e.job_id, e.timeout_ms, now() + (e.id - first.id) * interval '1 second',
+        INSERT INTO endpoints_slot (endpoint_id, job_id, next_run_at, next_run_source)
+        SELECT e.id, e.job_id, now() + (e.id - first.id) * interval '1 second',
             'baseline-interval'
         FROM endpoints_endpoint e, (SELECT min(id) AS id FROM endpoints_endpoint) first
         WHERE e.job_id IN (SELECT id FROM endpoints_job WHERE tenant_id = %s)

@@ -1,0 +1,221 @@
+"""DESIGN "Life of a run", step 6: a claim delivered again is a no-op; only a new claim,
+taken after the lease expired, retries a slot. Leases are short and renewed by whoever
+holds the claim, and a claim that cannot start is given back at once.
+
+The fault suite (tests/faults/) shows the same promises with real brokers and processes;
+these are the fast cases, against the database alone."""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from django.db import connections
+from django.utils import timezone
+
+from endpoints import scheduling
+from endpoints.dispatch import CATCH_UP_SPREAD, ClaimDispatcher, start_time
+from endpoints.models import Endpoint, Run, RunStatus, RunTrigger, Slot, Source
+from endpoints.scheduling import (
+    Claim,
+    claim_due_endpoints,
+    execute_claim,
+    renew_leases,
+    run_now,
+    start_claims,
+    tick,
+)
+from tests.engine_processes import wait_until
+
+pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("loopback_allowed")]
+
+S = timedelta(seconds=1)
+
+
+def due_claims(*endpoints: Endpoint) -> list[Claim]:
+    now = timezone.now()
+    Slot.objects.filter(pk__in=[e.pk for e in endpoints]).update(
+        next_run_at=now, next_run_source=Source.BASELINE_INTERVAL
+    )
+    claims = claim_due_endpoints(now=now, limit=100, horizon_ms=0)
+    assert len(claims) == len(endpoints)
+    return claims
+
+
+def test_a_claim_delivered_again_while_its_run_is_in_flight_starts_nothing(make_endpoint):
+    endpoint = make_endpoint()
+    [claim] = due_claims(endpoint)
+    [first] = start_claims([claim])
+    assert first is not None
+
+    assert start_claims([claim]) == [None]  # the broker delivered the message again
+
+    run = Run.objects.get(endpoint=endpoint)
+    assert (run.pk, run.status, run.attempt) == (first.run.pk, RunStatus.RUNNING, 1)
+    assert Slot.objects.get(pk=endpoint.pk).claim_token == claim.claim_token  # still held
+
+
+def test_claims_of_a_chunk_delivered_again_start_nothing(make_endpoint):
+    """The chunk path inserts the runs of several slots in one statement."""
+    endpoints = [make_endpoint() for _ in range(3)]
+    claims = due_claims(*endpoints)
+    assert all(start_claims(claims))
+    assert start_claims(claims) == [None, None, None]
+    assert Run.objects.count() == 3
+    assert set(Run.objects.values_list("status", flat=True)) == {RunStatus.RUNNING}
+
+
+def test_a_run_now_claim_delivered_twice_runs_once(make_endpoint, target):
+    endpoint = make_endpoint(url=target.url("/now"))
+    run_now(endpoint, now=timezone.now())
+    [claim] = claim_due_endpoints(now=timezone.now(), limit=10, horizon_ms=0)
+    assert claim.trigger == RunTrigger.MANUAL
+    [started] = start_claims([claim])
+    assert started is not None
+    assert start_claims([claim]) == [None]
+    assert Run.objects.filter(endpoint=endpoint).count() == 1
+
+
+def test_two_deliveries_racing_on_two_connections_start_one_run(transactional_db, make_endpoint):
+    """A duplicate publish: two workers start the same claim at the same instant."""
+    endpoints = [make_endpoint() for _ in range(10)]
+    claims = due_claims(*endpoints)
+    barrier = threading.Barrier(2)
+    results: list[list[Any]] = []
+
+    def deliver() -> None:
+        try:
+            barrier.wait(timeout=5)
+            results.append(start_claims(claims))
+        finally:
+            connections.close_all()
+
+    threads = [threading.Thread(target=deliver) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=30)
+
+    assert len(results) == 2
+    started = [s for result in results for s in result if s is not None]
+    assert sorted(s.claim.endpoint_id for s in started) == sorted(e.pk for e in endpoints)
+    assert Run.objects.count() == 10
+    assert not Run.objects.filter(status=RunStatus.LOST).exists()
+
+
+def test_a_retry_needs_a_new_claim_and_says_why_the_first_run_was_lost(make_endpoint, target):
+    endpoint = make_endpoint(url=target.url("/"))
+    [first] = due_claims(endpoint)
+    [started] = start_claims([first])  # then its worker dies: nobody renews the lease
+    assert started is not None
+    lease_end = Slot.objects.get(pk=endpoint.pk).locked_until
+
+    assert execute_claim(first) is None  # redelivered before the lease ran out: nothing
+    [second] = claim_due_endpoints(now=lease_end, limit=10, horizon_ms=0)
+    assert second.claim_token != first.claim_token
+    retry = execute_claim(second)
+
+    lost = Run.objects.get(pk=started.run.pk)
+    assert lost.status == RunStatus.LOST
+    assert "lease expired" in lost.error and "without being renewed" in lost.error
+    assert str(second.claim_token) in lost.error
+    assert retry is not None
+    assert (retry.trigger, retry.attempt, retry.retry_of_id) == (RunTrigger.RETRY, 2, lost.pk)
+    assert len(target.hits()) == 1  # only the retry called out; the first never got to
+    assert execute_claim(first) is None and execute_claim(second) is None
+
+
+def test_renewing_extends_only_leases_still_held(make_endpoint, settings):
+    held, expired, other = (make_endpoint() for _ in range(3))
+    claims = {c.endpoint_id: c for c in due_claims(held, expired, other)}
+    [started] = start_claims([claims[held.pk]])
+    assert started is not None
+    now = timezone.now()
+    Slot.objects.filter(pk=expired.pk).update(locked_until=now - S)
+    before_other = Slot.objects.get(pk=other.pk).locked_until
+
+    renewed = renew_leases([claims[held.pk], claims[expired.pk]], [started.run.pk], now=now + 2 * S)
+
+    until = now + 2 * S + S * settings.CRONICORN_LEASE_SECONDS
+    slots = {slot.pk: slot for slot in Slot.objects.all()}
+    assert renewed == 1
+    assert slots[held.pk].locked_until == until
+    assert slots[expired.pk].locked_until == now - S  # never revived: it may be another's
+    assert slots[other.pk].locked_until == before_other  # not ours to renew
+    assert Run.objects.get(pk=started.run.pk).lease_expires_at == until
+
+
+def test_a_dispatcher_keeps_renewing_the_lease_of_a_long_run(
+    transactional_db, make_endpoint, target, settings
+):
+    settings.CRONICORN_LEASE_SECONDS = 2
+    release = threading.Event()
+    target.reply("/long", hold=release)
+    endpoint = make_endpoint(url=target.url("/long"), timeout_ms=20_000)
+    [claim] = due_claims(endpoint)
+    dispatcher = ClaimDispatcher(max_in_flight=5)
+    try:
+        future = dispatcher.submit(claim)
+        assert target.wait_for(lambda: target.hits(), timeout=5)
+        first_lease = Slot.objects.get(pk=endpoint.pk).locked_until
+        # Three lease lengths later the run is still in flight and still ours.
+        assert wait_until(
+            lambda: Slot.objects.get(pk=endpoint.pk).locked_until > first_lease + 4 * S,
+            timeout=10,
+        )
+        assert claim_due_endpoints(now=timezone.now(), limit=10, horizon_ms=0) == []
+        release.set()
+        assert future.result(timeout=10) is not None
+    finally:
+        release.set()
+        dispatcher.shutdown(timeout=10)
+    run = Run.objects.get(endpoint=endpoint)
+    assert run.status == RunStatus.SUCCESS
+    assert Slot.objects.get(pk=endpoint.pk).claim_token is None  # released by the reschedule
+
+
+def test_a_claim_whose_run_cannot_be_recorded_is_released_at_once(make_endpoint, monkeypatch):
+    endpoint = make_endpoint()
+    [claim] = due_claims(endpoint)
+
+    def refuse(*_args: Any) -> Run:
+        raise scheduling.OperationalError("the database went away")
+
+    monkeypatch.setattr(scheduling, "_start_run", refuse)
+    assert start_claims([claim]) == [None]
+    slot = Slot.objects.get(pk=endpoint.pk)
+    assert (slot.claim_token, slot.locked_until) == (None, None)
+    [again] = claim_due_endpoints(now=timezone.now(), limit=10, horizon_ms=0)  # next tick
+    assert again.endpoint_id == endpoint.pk
+
+
+def test_one_tick_claims_past_the_batch_size_until_nothing_is_due(make_endpoint, settings):
+    settings.CRONICORN_BATCH_SIZE = 10
+    endpoints = [make_endpoint() for _ in range(35)]
+    due_at = timezone.now()
+    Slot.objects.update(next_run_at=due_at, next_run_source=Source.BASELINE_INTERVAL)
+    batches: list[int] = []
+
+    claims = tick(now=due_at, dispatch=lambda taken: batches.append(len(taken)))
+
+    assert batches == [10, 10, 10, 5]
+    assert sorted(c.endpoint_id for c in claims) == sorted(e.pk for e in endpoints)
+
+
+def test_catch_up_claims_start_spread_and_on_time_claims_start_on_their_slot():
+    now = timezone.now()
+    on_time = Claim(1, uuid.uuid4(), now - timedelta(milliseconds=300), "baseline-interval", "x")
+    assert start_time(on_time, now.timestamp()) == on_time.scheduled_for.timestamp()
+
+    late = [
+        Claim(pk, uuid.uuid4(), now - 30 * S, "baseline-interval", "scheduled")
+        for pk in range(1, 101)
+    ]
+    offsets = [start_time(claim, now.timestamp()) - now.timestamp() for claim in late]
+    assert all(0 <= offset < CATCH_UP_SPREAD for offset in offsets)
+    # Spread over the window, not bunched: every tenth of it holds some of the 100.
+    assert {int(offset / CATCH_UP_SPREAD * 10) for offset in offsets} == set(range(10))
+    assert start_time(late[0], now.timestamp()) == start_time(late[0], now.timestamp())
