@@ -30,6 +30,7 @@ from kombu import Connection
 from cronicorn_site.logs import mask_secrets
 from endpoints.metrics import render_metrics
 from endpoints.models import Heartbeat
+from endpoints.scheduling import fleet_behind
 
 BROKER_TIMEOUT_SECONDS = 2
 Check = dict[str, Any]
@@ -47,9 +48,10 @@ def readyz(request: HttpRequest) -> JsonResponse:
     if checks["database"]["ok"]:
         checks["migrations"] = check_migrations()
         checks["tick"] = check_tick(now=now)
+        checks["fleet"] = check_fleet(now=now)
     else:
         unreachable = {"ok": False, "error": "skipped: the database is unreachable"}
-        checks["migrations"] = checks["tick"] = unreachable
+        checks["migrations"] = checks["tick"] = checks["fleet"] = unreachable
     checks["broker"] = check_broker()
     ready = all(check["ok"] for check in checks.values())
     body = {"status": "ready" if ready else "unavailable", "checks": checks}
@@ -98,6 +100,25 @@ def check_tick(*, now: datetime) -> Check:
             f"The last tick ran {age:.0f} s ago (more than {max_age} s); is celery beat "
             "running, and a worker consuming the tick queue?"
         )
+    return check
+
+
+def check_fleet(*, now: datetime) -> Check:
+    """Whether the workers keep up: a warning, not a reason to take this process out of
+    service (more web processes would not help)."""
+    try:
+        behind = fleet_behind(now=now)
+    except DatabaseError as exc:
+        return {"ok": False, "error": _describe(exc)}
+    check: Check = {
+        "ok": True,
+        "behind": behind["fleet_behind"],
+        "behind_seconds": behind["behind_seconds"],
+        "oldest_due_seconds": behind["oldest_due_seconds"],
+        "lateness_recent_p95_ms": behind["lateness_recent_p95_ms"],
+    }
+    if behind["fleet_behind"]:
+        check["warning"] = behind["behind_warning"]
     return check
 
 

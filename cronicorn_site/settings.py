@@ -255,6 +255,10 @@ CRONICORN_LLM_MAX_RETRIES = env_int("CRONICORN_LLM_MAX_RETRIES", 2, minimum=0)
 
 # Operations.
 CRONICORN_METRICS_TOKEN = env_str("CRONICORN_METRICS_TOKEN", "")
+# The fleet is "behind" (a warning in scheduler_status, /readyz, /metrics and the
+# dashboard) when runs start later than this at p95 over a minute, or a due endpoint
+# waits this long unclaimed.
+CRONICORN_BEHIND_SECONDS = env_float("CRONICORN_BEHIND_SECONDS", 1.0, minimum=0.1)
 CRONICORN_READY_MAX_TICK_AGE_SECONDS = env_int(
     "CRONICORN_READY_MAX_TICK_AGE_SECONDS", 30, minimum=1
 )

@@ -156,6 +156,20 @@ class DatabaseCollector(Collector):
             "Endpoints due now and not claimed yet (not paused, archived or in a paused job).",
             _due_backlog(now=self.now),
         )
+        from endpoints.scheduling import fleet_behind  # scheduling records these metrics
+
+        behind = fleet_behind(now=self.now)
+        yield self._gauge(
+            "cronicorn_behind_seconds",
+            "How far behind the fleet is: the larger of the p95 start lateness of scheduled "
+            "runs over the last minute and the oldest unclaimed due endpoint's wait.",
+            behind["behind_seconds"],
+        )
+        yield self._gauge(
+            "cronicorn_fleet_behind",
+            "1 when behind_seconds exceeds CRONICORN_BEHIND_SECONDS, else 0.",
+            int(behind["fleet_behind"]),
+        )
         yield from self._last_tick_age()
         yield self._tokens_by_tenant()
 

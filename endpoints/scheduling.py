@@ -1276,7 +1276,8 @@ def scheduler_health(*, now: datetime) -> dict[str, Any]:
     Keys: last_tick_at, last_tick_age_seconds (None before the first tick), due_backlog
     (claimable endpoints already due), in_flight (running runs), lateness_p50_ms and
     lateness_p95_ms (scheduled and retry runs started in the last hour, the latest
-    10 000 at most), runs_last_hour, failures_last_hour, zombies.
+    10 000 at most), runs_last_hour, failures_last_hour, zombies, and whether the fleet
+    keeps up (``fleet_behind``, see ``fleet_behind``).
     """
     beat = Heartbeat.objects.filter(name="tick").first()
     hour_ago = now - timedelta(hours=1)
@@ -1286,6 +1287,7 @@ def scheduler_health(*, now: datetime) -> dict[str, Any]:
         "last_tick_at": beat.at if beat else None,
         "last_tick_age_seconds": (now - beat.at).total_seconds() if beat else None,
         "due_backlog": Slot.objects.overdue(now).count(),
+        **fleet_behind(now=now),
         "in_flight": Run.objects.filter(status=RunStatus.RUNNING).count(),
         "lateness_p50_ms": _percentile(lateness, 0.50),
         "lateness_p95_ms": _percentile(lateness, 0.95),
@@ -1297,9 +1299,49 @@ def scheduler_health(*, now: datetime) -> dict[str, Any]:
     }
 
 
-def _lateness_sample(recent: Any) -> list[float]:
+def fleet_behind(*, now: datetime) -> dict[str, Any]:
+    """Is the fleet keeping up? It is behind when, over the last minute, the p95 of
+    scheduled runs' start lateness exceeds ``CRONICORN_BEHIND_SECONDS``, or an endpoint
+    has waited longer than that, due and unclaimed (the ticks cannot claim it: a slow or
+    dead tick). Jobs with ``max_concurrent`` are left out of the second test: their
+    endpoints wait for a free place by design.
+
+    Keys: oldest_due_seconds, lateness_recent_p95_ms, behind_seconds (the larger of the
+    two, in seconds), fleet_behind (bool) and behind_warning (what to do, or "").
+    """
+    oldest = (
+        Slot.objects.overdue(now)
+        .filter(job__max_concurrent__isnull=True)
+        .order_by("next_run_at")
+        .values_list("next_run_at", flat=True)
+        .first()
+    )
+    oldest_due = max((now - oldest).total_seconds(), 0.0) if oldest else 0.0
+    minute = Run.objects.filter(started_at__gte=now - timedelta(minutes=1), started_at__lte=now)
+    recent_p95 = _percentile(_lateness_sample(minute, triggers=[RunTrigger.SCHEDULED]), 0.95)
+    behind = max(oldest_due, (recent_p95 or 0.0) / 1000)
+    limit = settings.CRONICORN_BEHIND_SECONDS
+    warning = ""
+    if behind > limit:
+        warning = (
+            f"The fleet is behind by {behind:.1f} s: p95 start lateness over the last minute "
+            f"{(recent_p95 or 0) / 1000:.1f} s, oldest unclaimed due endpoint {oldest_due:.1f} s "
+            f"overdue (limit CRONICORN_BEHIND_SECONDS={limit:g}). Add execute workers or "
+            "raise CRONICORN_MAX_IN_FLIGHT; if the backlog grows while runs are on time, "
+            "the ticks are too slow."
+        )
+    return {
+        "oldest_due_seconds": round(oldest_due, 1),
+        "lateness_recent_p95_ms": recent_p95,
+        "behind_seconds": round(behind, 1),
+        "fleet_behind": bool(warning),
+        "behind_warning": warning,
+    }
+
+
+def _lateness_sample(recent: Any, triggers: Sequence[str] = ()) -> list[float]:
     rows = (
-        recent.filter(trigger__in=[RunTrigger.SCHEDULED, RunTrigger.RETRY])
+        recent.filter(trigger__in=triggers or [RunTrigger.SCHEDULED, RunTrigger.RETRY])
         .order_by("-started_at")
         .values_list("started_at", "scheduled_for")[:HEALTH_LATENESS_SAMPLE]
     )

@@ -19,8 +19,9 @@ from planner.models import AnalysisSession, SessionStatus
 class Command(BaseCommand):
     help = (
         "Show scheduler health: last tick and its age, due backlog, runs in flight, "
-        "lateness (p50/p95) and failures over the last hour, zombies, and the planner's "
-        "last cycle and sessions. Exits non-zero when the last tick is older than "
+        "lateness (p50/p95) and failures over the last hour, zombies, whether the fleet "
+        "keeps up (a warning when runs start more than CRONICORN_BEHIND_SECONDS late), and "
+        "the planner's last cycle and sessions. Exits non-zero when the last tick is older than "
         "CRONICORN_READY_MAX_TICK_AGE_SECONDS (or --max-tick-age), so it works as a "
         "health probe."
     )
@@ -105,6 +106,7 @@ def as_text(status: dict[str, Any]) -> str:
         f"In flight:   {status['in_flight']} run(s); zombies: {status['zombies']}",
         f"Last hour:   {status['runs_last_hour']} run(s), {status['failures_last_hour']} "
         f"failed; lateness {late}",
+        f"Keeping up:  {'NO, ' + status['behind_warning'] if status['fleet_behind'] else 'yes'}",
         f"Maintenance: {status['maintenance_at'] or 'never'}",
         f"Planner:     {planner['backend']}; last cycle {planner['last_cycle_at'] or 'never'}; "
         f"{planner['sessions_last_hour']} session(s) in the last hour "
