@@ -343,6 +343,15 @@ def window_figures(start: datetime, end: datetime) -> dict[str, Any]:
     }
 
 
+def fleet_state(now: datetime) -> dict[str, Any] | None:
+    """What scheduler_status and the dashboard say of the fleet at the window's end (None
+    for an engine older than that warning)."""
+    from endpoints import scheduling
+
+    behind = getattr(scheduling, "fleet_behind", None)
+    return behind(now=now) if behind else None
+
+
 def run(params: Params) -> dict[str, Any]:
     from django.utils import timezone
 
@@ -378,6 +387,7 @@ def run(params: Params) -> dict[str, Any]:
         meter.start()
         _sleep_until(window_end)
         cpu = meter.stop()
+        result["fleet"] = fleet_state(window_end)
         result["load_during"] = load()
         _sleep_until(window_end + timedelta(seconds=2))  # let runs of the window finish
         result.update(window_figures(window_start, window_end))

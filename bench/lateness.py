@@ -37,6 +37,7 @@ def params_for(name: str, args: argparse.Namespace, *, lead: bool) -> Params:
         window=args.window,
         threads=args.threads,
         in_flight=args.in_flight,
+        batch=args.batch,
         label=f"{name} lead 0.5s" if lead else name,
         extra_env=WHAT_IF_LEAD if lead else {},
     )
@@ -56,7 +57,15 @@ def row(result: dict[str, Any]) -> list[Any]:
         late["max"],
         result["cpu"]["machine_cores_busy"],
         result["load_during"],
+        fleet_says(result.get("fleet")),
     ]
+
+
+def fleet_says(fleet: dict[str, Any] | None) -> str:
+    """What scheduler_status and the dashboard said at the window's end."""
+    if fleet is None:
+        return "(no such warning)"
+    return f"behind {fleet['behind_seconds']} s" if fleet["fleet_behind"] else "keeping up"
 
 
 def main() -> None:
@@ -67,6 +76,7 @@ def main() -> None:
     parser.add_argument("--window", type=float, default=30.0)
     parser.add_argument("--threads", type=int, default=16, help="of the raw HTTP ceiling")
     parser.add_argument("--in-flight", type=int, default=200, help="CRONICORN_MAX_IN_FLIGHT")
+    parser.add_argument("--batch", type=int, default=5000, help="CRONICORN_BATCH_SIZE")
     parser.add_argument("--only", default=",".join(SCENARIOS))
     parser.add_argument("--lead", action="store_true", help="also claim 0.5 s ahead")
     args = parser.parse_args()
@@ -95,6 +105,7 @@ def main() -> None:
             "max ms",
             "cores busy",
             "load 1/5/15",
+            "status says",
         ],
         [row(result) for result in results],
     )
