@@ -25,10 +25,8 @@ due claims back.
 A renewer thread keeps the leases of every claim the dispatcher holds (waiting for its
 time, or with its run in flight) alive, every third of ``CRONICORN_LEASE_SECONDS``: a
 live process keeps its claims however long its runs take, a dead or stopped one loses
-them within one lease (DESIGN "Life of a run", step 6). A claim that arrives more than
-a tick late (a catch-up after downtime, or after its first holder died) starts at a
-stable offset within ``CATCH_UP_SPREAD`` rather than at once, so endpoints freed
-together do not keep running in one burst for good (start-to-start keeps the spread).
+them within one lease (DESIGN "Life of a run", step 6). A claim starts at its slot, or
+for a catch-up at the later time its claim gave it (``scheduling.catch_up_start``).
 
 Starter, writer and renewer threads keep their database connection between batches and
 close it when the dispatcher stops; they are daemons, so a shutdown that gives up on a
@@ -44,6 +42,7 @@ import logging
 import queue
 import threading
 import time
+import uuid
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from concurrent.futures import wait as wait_for_futures
@@ -75,11 +74,6 @@ STARTERS = 2
 WRITE_LINGER = 0.02
 WRITE_BATCH = 50
 
-# A claim this late (seconds) is a catch-up; catch-ups start spread over this window.
-CATCH_UP_AFTER = 1.0
-CATCH_UP_SPREAD = 1.0
-# The golden ratio's fraction spreads consecutive endpoint ids evenly over a window.
-_SPREAD_STEP = 0.6180339887498949
 # How long the writer keeps trying to record a batch while the database is away, and its
 # longest wait between tries: outcomes recorded after a short outage are not lost.
 WRITE_RETRY_SECONDS = 30.0
@@ -88,17 +82,8 @@ WRITE_RETRY_MAX_WAIT = 2.0
 # What starting a claim gives: a run to call, an outcome already called (test seams),
 # a run a scheduler error cut short, or None (nothing to run).
 Start = Callable[[list[Claim]], Sequence[Started | Outcome | Run | None]]
-# Renews the leases of the claims and runs held: (claims, run ids).
-Renew = Callable[[list[Claim], list[int]], Any]
-
-
-def start_time(claim: Claim, now: float) -> float:
-    """When to start ``claim`` (a Unix time): its slot, or for a catch-up a stable offset
-    from now, the same for an endpoint every time."""
-    at = claim.scheduled_for.timestamp()
-    if now - at <= CATCH_UP_AFTER:
-        return at
-    return now + (claim.endpoint_id * _SPREAD_STEP) % 1.0 * CATCH_UP_SPREAD
+# Renews the leases of the claims and runs held: (claims, run ids) -> endpoint ids renewed.
+Renew = Callable[[list[Claim], list[int]], set[int]]
 
 
 def start_due_claims(claims: list[Claim]) -> list[Started | None]:
@@ -112,9 +97,9 @@ def record(outcomes: list[Outcome]) -> None:
     record_outcomes(outcomes)
 
 
-def renew(claims: list[Claim], runs: list[int]) -> None:
+def renew(claims: list[Claim], runs: list[int]) -> set[int]:
     close_old_connections()
-    renew_leases(claims, runs, now=timezone.now())
+    return renew_leases(claims, runs, now=timezone.now())
 
 
 class ClaimDispatcher:
@@ -164,7 +149,7 @@ class ClaimDispatcher:
         with self._condition:
             if self._closed:
                 raise RuntimeError("The dispatcher is shut down; no new claims.")
-            entry = (start_time(claim, time.time()), next(self._order), claim, future)
+            entry = (claim.starts_at.timestamp(), next(self._order), claim, future)
             heapq.heappush(self._heap, entry)
             self._condition.notify()
         return future
@@ -213,26 +198,47 @@ class ClaimDispatcher:
         self._stopped.set()
         return not not_done
 
-    def held(self) -> tuple[list[Claim], list[int]]:
-        """The claims this dispatcher holds (waiting or in flight) and the runs in flight."""
+    def held(self) -> list[tuple[Claim, int | None]]:
+        """The claims this dispatcher holds (waiting or in flight), each with its run's id
+        once the run is recorded."""
         with self._condition:
-            claims = [entry[2] for entry in self._heap]
-            claims += self._in_flight.values()
-            return claims, list(self._runs.values())
+            held: list[tuple[Claim, int | None]] = [(entry[2], None) for entry in self._heap]
+            held += ((claim, self._runs.get(future)) for future, claim in self._in_flight.items())
+            return held
 
     def _renew_loop(self) -> None:
-        every = settings.CRONICORN_LEASE_SECONDS / 3
+        """Every third of a lease, renew the held leases that end within two turns. Most
+        runs end long before that, so most claims are never renewed: a claim's lease ends
+        at least a lease after its slot, and after a renewal a lease after it."""
+        lease = settings.CRONICORN_LEASE_SECONDS
+        every = lease / 3
+        ends: dict[uuid.UUID, float] = {}
         try:
             while not self._stopped.wait(every):
-                claims, runs = self.held()
-                if not claims:
+                held = self.held()
+                ends = {
+                    claim.claim_token: ends.get(
+                        claim.claim_token, claim.scheduled_for.timestamp() + lease
+                    )
+                    for claim, _run in held
+                }
+                soon = time.time() + 2 * every
+                due = [(claim, run) for claim, run in held if ends[claim.claim_token] < soon]
+                if not due:
                     continue
+                started = time.time()
                 try:
-                    self._renew(claims, runs)
+                    renewed = self._renew(
+                        [claim for claim, _run in due], [run for _claim, run in due if run]
+                    )
                 except Exception as exc:
-                    # The database may be away; the next turn tries again, and the
-                    # leases last two more turns.
-                    logger.warning("could not renew %d lease(s): %s", len(claims), exc)
+                    # The database may be away: the next turn tries again, and a lease
+                    # lasts two more turns.
+                    logger.warning("could not renew %d lease(s): %s", len(due), exc)
+                    continue
+                for claim, _run in due:
+                    if claim.endpoint_id in renewed:
+                        ends[claim.claim_token] = started + lease
         finally:
             connections.close_all()
 

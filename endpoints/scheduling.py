@@ -73,6 +73,8 @@ logger = logging.getLogger("cronicorn.scheduler")
 UNAVAILABLE = (OperationalError, InterfaceError)
 
 PRUNE_BATCH_SIZE = 1_000
+# Leases renewed per statement (SQLite allows a few thousand parameters).
+RENEW_CHUNK = 500
 HEALTH_LATENESS_SAMPLE = 10_000
 # After a scheduler error (not an endpoint failure) the endpoint is tried again this late.
 ERROR_RETRY = timedelta(minutes=1)
@@ -97,9 +99,14 @@ class OperationRefused(Exception):
 class Claim:
     endpoint_id: int
     claim_token: uuid.UUID
-    scheduled_for: datetime
+    scheduled_for: datetime  # the slot (the Run's scheduled_for)
     source: str
     trigger: str
+    start_at: datetime | None = None  # a catch-up's start, when later than its slot
+
+    @property
+    def starts_at(self) -> datetime:
+        return self.start_at or self.scheduled_for
 
     def to_payload(self) -> dict[str, Any]:
         """A JSON-safe form for Celery messages."""
@@ -109,17 +116,38 @@ class Claim:
             "scheduled_for": self.scheduled_for.isoformat(),
             "source": self.source,
             "trigger": self.trigger,
+            "start_at": self.start_at.isoformat() if self.start_at else None,
         }
 
     @classmethod
     def from_payload(cls, payload: Mapping[str, Any]) -> Claim:
+        start_at = payload.get("start_at")
         return cls(
             endpoint_id=int(payload["endpoint_id"]),
             claim_token=uuid.UUID(payload["claim_token"]),
             scheduled_for=datetime.fromisoformat(payload["scheduled_for"]),
             source=str(payload["source"]),
             trigger=str(payload["trigger"]),
+            start_at=datetime.fromisoformat(start_at) if start_at else None,
         )
+
+
+# A slot claimed this late (seconds) was missed by at least one tick: the scheduler or
+# its database was down, or the slot's first claim was lost. Such catch-ups start at a
+# stable per-endpoint offset within CATCH_UP_SPREAD instead of at once, so that endpoints
+# freed together do not keep one phase for good (start-to-start would keep the burst).
+# Slots claimed on time are never delayed, however late their workers start them.
+CATCH_UP_AFTER = timedelta(seconds=1)
+CATCH_UP_SPREAD = timedelta(seconds=1)
+# The golden ratio's fraction spreads consecutive endpoint ids evenly over the window.
+_SPREAD_STEP = 0.6180339887498949
+
+
+def catch_up_start(endpoint_id: int, scheduled_for: datetime, now: datetime) -> datetime | None:
+    """When a slot claimed at ``now`` should start, if it is a catch-up; else None."""
+    if now - scheduled_for <= CATCH_UP_AFTER:
+        return None
+    return now + CATCH_UP_SPREAD * ((endpoint_id * _SPREAD_STEP) % 1.0)
 
 
 def _log(
@@ -248,6 +276,7 @@ def claim_due_endpoints(*, now: datetime, limit: int, horizon_ms: int) -> list[C
             scheduled_for=scheduled_for,
             source=source or "",
             trigger=RunTrigger.MANUAL if source == Source.MANUAL else RunTrigger.SCHEDULED,
+            start_at=catch_up_start(endpoint_id, scheduled_for, now),
         )
         for endpoint_id, token, scheduled_for, source in rows
     ]
@@ -671,23 +700,38 @@ def _ensure_lease_at_start(
     return endpoint
 
 
-def renew_leases(claims: Sequence[Claim], runs: Sequence[int], *, now: datetime) -> int:
+def renew_leases(claims: Sequence[Claim], runs: Sequence[int], *, now: datetime) -> set[int]:
     """Extend the leases of claims a live process holds (waiting for their time, or with
     their run in flight) and of those runs, to ``now`` + the lease. Only leases that have
     not expired are renewed: an expired one may have passed to another claimer already.
-    Returns how many claims are still held."""
+    Returns the endpoint ids whose claims were renewed."""
     until = now + timedelta(seconds=settings.CRONICORN_LEASE_SECONDS)
-    held = Q()
-    for claim in claims:
-        held |= Q(pk=claim.endpoint_id, claim_token=claim.claim_token)
-    renewed = 0
-    if claims:
-        renewed = Slot.objects.filter(held, locked_until__gt=now).update(locked_until=until)
-    if runs:
-        Run.objects.filter(pk__in=runs, status=RunStatus.RUNNING, lease_expires_at__gt=now).update(
-            lease_expires_at=until
-        )
+    renewed: set[int] = set()
+    for chunk in _chunks(claims, RENEW_CHUNK):
+        # Tokens are unique, so matching both lists is matching the pairs. Rows locked by
+        # a writer (a run being recorded: its lease is released anyway) are skipped, not
+        # waited for: the writer locks endpoint then slot rows in its own order, and a
+        # wait here could deadlock with it.
+        mine = Slot.objects.filter(
+            pk__in=[claim.endpoint_id for claim in chunk],
+            claim_token__in=[claim.claim_token for claim in chunk],
+            locked_until__gt=now,
+        ).select_for_update(skip_locked=True)
+        with transaction.atomic():
+            ids = list(mine.values_list("pk", flat=True))
+            Slot.objects.filter(pk__in=ids).update(locked_until=until)
+        renewed.update(ids)
+    for run_ids in _chunks(runs, RENEW_CHUNK):
+        in_flight = Run.objects.filter(
+            pk__in=run_ids, status=RunStatus.RUNNING, lease_expires_at__gt=now
+        ).select_for_update(skip_locked=True)
+        with transaction.atomic():
+            Run.objects.filter(pk__in=in_flight.values("pk")).update(lease_expires_at=until)
     return renewed
+
+
+def _chunks(items: Sequence[Any], size: int) -> Iterable[Sequence[Any]]:
+    return (items[k : k + size] for k in range(0, len(items), size))
 
 
 def _statement_guard() -> AbstractContextManager[Any]:

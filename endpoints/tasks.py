@@ -62,14 +62,15 @@ def dispatcher() -> ClaimDispatcher:
 
 
 def group_claims(claims: Sequence[Claim]) -> list[list[Claim]]:
-    """Chunks of claims due within ``CHUNK_WINDOW`` of the chunk's first, earliest first."""
+    """Chunks of claims starting within ``CHUNK_WINDOW`` of the chunk's first, earliest
+    first (a catch-up starts after its slot: ``Claim.starts_at``)."""
     chunks: list[list[Claim]] = []
-    for claim in sorted(claims, key=lambda c: c.scheduled_for):
+    for claim in sorted(claims, key=lambda c: c.starts_at):
         current = chunks[-1] if chunks else None
         if (
             current is not None
             and len(current) < CHUNK_SIZE
-            and claim.scheduled_for - current[0].scheduled_for < CHUNK_WINDOW
+            and claim.starts_at - current[0].starts_at < CHUNK_WINDOW
         ):
             current.append(claim)
         else:
@@ -93,7 +94,7 @@ def send_claims(claims: Sequence[Claim]) -> None:
         try:
             execute.apply_async(
                 args=([claim.to_payload() for claim in chunk],),
-                eta=chunk[0].scheduled_for,
+                eta=chunk[0].starts_at,
                 retry=True,
                 retry_policy=BROKER_RETRY,
             )

@@ -67,8 +67,7 @@ def test_one_write_keeps_each_runs_own_outcome_and_each_conflict_apart(make_endp
 
 
 def _claim(k: int) -> Claim:
-    # Due half a second ago: on time (a claim over a tick late is a catch-up, spread).
-    return Claim(k, uuid.uuid4(), timezone.now() - S / 2, "", "scheduled")
+    return Claim(k, uuid.uuid4(), timezone.now() - S, "", "scheduled")
 
 
 def _outcome(claim: Claim) -> Outcome:
