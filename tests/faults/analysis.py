@@ -142,6 +142,18 @@ def silent_endpoints(
     return [name for name in endpoints if name not in called]
 
 
+def busiest_window(executions: Iterable[Execution], *, since: float, width: float) -> int:
+    """The most calls (all endpoints) arriving within ``width`` seconds after ``since``:
+    endpoints freed together that keep one phase show as a burst."""
+    arrivals = sorted(e.arrived for e in executions if e.arrived >= since)
+    busiest, first = 0, 0
+    for last, arrived in enumerate(arrivals):
+        while arrived - arrivals[first] > width:
+            first += 1
+        busiest = max(busiest, last - first + 1)
+    return busiest
+
+
 def broken_promises(outcome: Outcome, *, recovery_window: float) -> dict[str, Any]:
     """Each promise the outcome breaks, with its evidence; empty when all were kept."""
     broken: dict[str, Any] = {}
