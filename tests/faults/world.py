@@ -50,7 +50,7 @@ class Shape:
     beats: int = 1
     tick_workers: int = 1
     execute_workers: int = 1
-    execute_threads: int = 8
+    execute_threads: int = 64  # CRONICORN_EXECUTE_CONCURRENCY in docker-compose.yml
     env: Mapping[str, str] = field(default_factory=dict)  # extra settings for every process
 
 
