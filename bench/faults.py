@@ -25,12 +25,13 @@ from _common import RESULTS, ROOT, load, print_table, write_results
 
 sys.path.insert(0, str(ROOT))
 
-from tests.faults.analysis import Outcome, busiest_window, figures
+from tests.faults.analysis import Outcome, broken_promises, busiest_window, figures
 from tests.faults.faults import SCENARIOS
 from tests.faults.world import FaultCase, Services
 
 LOGS = RESULTS / "logs" / "faults"
 BURST_WIDTH = 0.05
+RECOVERY_TARGET = 10.0
 COLUMNS = (
     "fault",
     "endpoints",
@@ -56,7 +57,7 @@ def main() -> None:
     with Services(Path(tempfile.mkdtemp(prefix="cronicorn-faults-bench-"))) as services:
         for name in names:
             rows.append(run_one(services, name, endpoints=args.endpoints, patience=args.patience))
-            print(f"{name}: {rows[-1]}", flush=True)
+            print(f"{name}: {figures_only(rows[-1])}", flush=True)
     print()
     print_table(COLUMNS, [[row[column] for column in COLUMNS] for row in rows])
     params = {"endpoints": args.endpoints, "patience": args.patience}
@@ -72,7 +73,13 @@ def run_one(services: Services, name: str, *, endpoints: int, patience: float) -
 
 def row(outcome: Outcome) -> dict[str, Any]:
     burst = busiest_window(outcome.executions, since=outcome.fault_ended, width=BURST_WIDTH)
-    return {**figures(outcome), "busiest_50ms_after": burst, "logs": outcome.logs}
+    # The evidence (first few of each), judged against the 10 s recovery target.
+    broken = broken_promises(outcome, recovery_window=RECOVERY_TARGET)
+    return {**figures(outcome), "busiest_50ms_after": burst, "broken": broken, "logs": outcome.logs}
+
+
+def figures_only(row: dict[str, Any]) -> dict[str, Any]:
+    return {column: row[column] for column in COLUMNS}
 
 
 def parse_args() -> argparse.Namespace:

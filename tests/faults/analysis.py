@@ -114,7 +114,7 @@ def unrecorded_executions(
 ) -> dict[str, tuple[int, int]]:
     """Endpoints called more often than they have runs: {endpoint: (calls, runs)}."""
     calls = executions_per_endpoint(executions)
-    recorded = defaultdict(int)
+    recorded: dict[str, int] = defaultdict(int)
     for run in runs:
         recorded[run.endpoint] += 1
     return {name: (n, recorded[name]) for name, n in calls.items() if n > recorded[name]}

@@ -73,7 +73,7 @@ def publish_execute_messages_twice(case: FaultCase, rounds: int = 3) -> None:
     """Publish a second copy of every ``execute`` message the workers hold (in flight or
     waiting for its ETA), a few times over a second, as a producer retry or a restore does."""
     client = case.services.redis.client()
-    copied: set[bytes] = set()
+    copied: set[bytes | str] = set()
     for _ in range(rounds):
         for tag, raw in client.hgetall(UNACKED_KEY).items():
             message, _exchange, routing_key = json.loads(raw)

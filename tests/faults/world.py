@@ -233,7 +233,7 @@ class FaultCase:
     def outcome(self, name: str, *, started: float, ended: float) -> Outcome:
         with self.services.postgres.connect(self.database) as conn:
             runs = [_run_record(row) for row in conn.execute(RUNS_SQL)]
-            orphans = [row[0] for row in conn.execute(WITHOUT_A_FUTURE_RUN_SQL)]
+            orphans = [str(row[0]) for row in conn.execute(WITHOUT_A_FUTURE_RUN_SQL)]
         return Outcome(
             fault=name,
             endpoints=self.endpoints,
