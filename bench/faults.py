@@ -36,6 +36,7 @@ COLUMNS = (
     "fault",
     "endpoints",
     "fault_seconds",
+    "in_flight_at_fault",
     "calls_at_target",
     "runs",
     "lost_runs",

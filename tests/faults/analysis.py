@@ -58,6 +58,7 @@ class Outcome:
     runs: list[RunRecord]
     endpoints_without_a_future_run: list[str]
     logs: dict[str, str] = field(default_factory=dict)  # process name -> log file
+    in_flight_at_fault: int = 0  # calls open at the target when the fault began
 
 
 def executions_per_endpoint(executions: Iterable[Execution]) -> dict[str, int]:
@@ -188,6 +189,7 @@ def figures(outcome: Outcome) -> dict[str, Any]:
         "fault": outcome.fault,
         "endpoints": len(outcome.endpoints),
         "fault_seconds": round(outcome.fault_ended - outcome.fault_started, 2),
+        "in_flight_at_fault": outcome.in_flight_at_fault,
         "calls_at_target": len(outcome.executions),
         "runs": len(outcome.runs),
         "lost_runs": sum(1 for run in outcome.runs if run.status == LOST),

@@ -199,13 +199,17 @@ class FaultCase:
     def run(self, name: str, fault: Fault, *, patience: float) -> Outcome:
         """Steady state, the fault, then up to ``patience`` s for every endpoint to recover."""
         self.wait_for_calls(since=0.0, count=2, timeout=STARTUP_TIMEOUT, required=True)
+        # The fault must hit runs in flight, or a redelivery case could pass vacuously.
+        if not self.target.wait_for(lambda: self._calls_open() > 0, timeout=STARTUP_TIMEOUT):
+            raise AssertionError(f"no call in flight to inject the fault into; {self.workdir}")
+        in_flight = self._calls_open()
         started = time.time()
         fault(self)
         ended = time.time()
         if self.wait_for_calls(since=ended, count=1, timeout=patience):
             # A few more calls each, so a double execution after the recovery shows too.
             self.wait_for_calls(since=ended, count=2, timeout=patience)
-        return self.outcome(name, started=started, ended=ended)
+        return self.outcome(name, started=started, ended=ended, in_flight=in_flight)
 
     def wait_for_calls(
         self, *, since: float, count: int, timeout: float, required: bool = False
@@ -230,7 +234,7 @@ class FaultCase:
             for hit in self.target.hits()
         ]
 
-    def outcome(self, name: str, *, started: float, ended: float) -> Outcome:
+    def outcome(self, name: str, *, started: float, ended: float, in_flight: int) -> Outcome:
         with self.services.postgres.connect(self.database) as conn:
             runs = [_run_record(row) for row in conn.execute(RUNS_SQL)]
             orphans = [str(row[0]) for row in conn.execute(WITHOUT_A_FUTURE_RUN_SQL)]
@@ -243,7 +247,11 @@ class FaultCase:
             runs=runs,
             endpoints_without_a_future_run=orphans,
             logs={name: str(self.fleet.log(name)) for name in self.fleet.commands},
+            in_flight_at_fault=in_flight,
         )
+
+    def _calls_open(self) -> int:
+        return sum(1 for hit in self.target.hits() if hit.finished is None)
 
     def _short_of(self, since: float, count: int) -> list[str]:
         calls: dict[str, int] = dict.fromkeys(self.endpoints, 0)
