@@ -1,14 +1,15 @@
 """A real HTTP server on 127.0.0.1 for the engine's tests: it records every request's
-arrival time and answers each path as told (status, JSON body, delay, or hold until
-released)."""
+arrival and finish times and answers each path as told (status, JSON body, delay, or hold
+until released)."""
 
 from __future__ import annotations
 
 import json
+import sys
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -32,6 +33,8 @@ class Hit:
     at: float  # time.time() on arrival
     body: bytes
     headers: dict[str, str] = field(default_factory=dict)
+    # time.time() once the answer was written (or the client gave up); None while open.
+    finished: float | None = None
 
 
 class _Server(ThreadingHTTPServer):
@@ -39,6 +42,12 @@ class _Server(ThreadingHTTPServer):
     request_queue_size = (
         512  # listen() backlog: a burst of connections must not wait on SYN retries
     )
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        # A client that hangs up (a killed worker, a timeout) is what the fault tests do
+        # on purpose; socketserver would print a traceback for each one.
+        if not isinstance(sys.exc_info()[1], ConnectionError):
+            super().handle_error(request, client_address)
 
 
 class TargetServer:
@@ -84,10 +93,15 @@ class TargetServer:
             time.sleep(0.01)
         return condition()
 
-    def _record(self, hit: Hit) -> int:
+    def _record(self, hit: Hit) -> tuple[int, int]:
+        """Keep the hit; returns its index and how many hits its path has had."""
         with self._lock:
             self._hits.append(hit)
-            return sum(1 for h in self._hits if h.path == hit.path)
+            return len(self._hits) - 1, sum(1 for h in self._hits if h.path == hit.path)
+
+    def _finish(self, index: int) -> None:
+        with self._lock:
+            self._hits[index] = replace(self._hits[index], finished=time.time())
 
     def _handler_class(self) -> type[BaseHTTPRequestHandler]:
         server = self
@@ -106,7 +120,14 @@ class TargetServer:
                 length = int(self.headers.get("Content-Length") or 0)
                 body = self.rfile.read(length) if length else b""
                 path = self.path.split("?")[0]
-                count = server._record(Hit(path, self.command, arrived, body, dict(self.headers)))
+                hit = Hit(path, self.command, arrived, body, dict(self.headers))
+                index, count = server._record(hit)
+                try:
+                    self._answer(path, count)
+                finally:
+                    server._finish(index)
+
+            def _answer(self, path: str, count: int) -> None:
                 reply = server._replies.get(path, Reply())
                 if reply.action is not None:
                     reply.action()

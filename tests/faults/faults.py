@@ -1,0 +1,124 @@
+"""The faults, each a function of a running ``FaultCase`` that returns when the fault is over.
+
+The time spent inside a function is the fault (an outage's length, a stopped worker's
+pause); the recovery time is measured from its return. Crashed processes come back at once,
+as a restart policy brings them back; outages end without restarting any process.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import time
+from dataclasses import dataclass, field, replace
+
+from tests.faults.world import Fault, FaultCase, Shape
+
+OUTAGE_SECONDS = 5.0
+# How long a stopped worker stays stopped; longer than a short renewed lease should be.
+STOP_SECONDS = 6.0
+# How long the faults that are a configuration (two beats, a short visibility timeout) run.
+WINDOW_SECONDS = 6.0
+# Kombu's Redis transport keeps unacknowledged messages in this hash (its default key).
+UNACKED_KEY = "unacked"
+
+
+def drop_broker_connections(case: FaultCase) -> None:
+    """``CLIENT KILL TYPE normal``: every client connection to Redis is cut, Redis stays up."""
+    case.services.redis.drop_client_connections()
+
+
+def restart_redis(case: FaultCase) -> None:
+    case.services.redis.restart()
+
+
+def redis_outage(case: FaultCase, seconds: float = OUTAGE_SECONDS) -> None:
+    case.services.redis.stop()
+    time.sleep(seconds)  # the outage itself
+    case.services.redis.start()
+
+
+def restart_postgres(case: FaultCase) -> None:
+    case.services.postgres.restart()
+
+
+def postgres_outage(case: FaultCase, seconds: float = OUTAGE_SECONDS) -> None:
+    case.services.postgres.stop()
+    time.sleep(seconds)  # the outage itself
+    case.services.postgres.start()
+
+
+def kill_execute_worker(case: FaultCase) -> None:
+    """SIGKILL with runs in flight; the restart policy starts a new one."""
+    case.fleet.restart("execute0")
+
+
+def stop_execute_worker(case: FaultCase, seconds: float = STOP_SECONDS) -> None:
+    """SIGSTOP (a stalled VM, a long GC pause), then SIGCONT: its runs resume afterwards."""
+    case.fleet.kill("execute0", signal.SIGSTOP)
+    time.sleep(seconds)  # the stall itself
+    case.fleet.kill("execute0", signal.SIGCONT)
+
+
+def kill_tick_worker(case: FaultCase) -> None:
+    case.fleet.restart("tick0")
+
+
+def run_for_a_window(case: FaultCase, seconds: float = WINDOW_SECONDS) -> None:
+    """No event: the fault is the fleet's configuration (two beats, a short visibility)."""
+    time.sleep(seconds)
+
+
+def publish_execute_messages_twice(case: FaultCase, rounds: int = 3) -> None:
+    """Publish a second copy of every ``execute`` message the workers hold (in flight or
+    waiting for its ETA), a few times over a second, as a producer retry or a restore does."""
+    client = case.services.redis.client()
+    copied: set[bytes | str] = set()
+    for _ in range(rounds):
+        for tag, raw in client.hgetall(UNACKED_KEY).items():
+            message, _exchange, routing_key = json.loads(raw)
+            if routing_key == "execute" and tag not in copied:
+                client.lpush("execute", json.dumps(message))
+                copied.add(tag)
+        time.sleep(0.5)
+    if not copied:
+        raise AssertionError("no execute message was held by a worker to publish twice")
+
+
+# Kombu's Redis transport restores unacknowledged messages older than this; the harness's
+# settings module (child_settings.py) passes it on, as the project's settings have no hook.
+SHORT_VISIBILITY = {
+    "DJANGO_SETTINGS_MODULE": "tests.faults.child_settings",
+    "FAULTS_BROKER_TRANSPORT_OPTIONS": json.dumps(
+        {"visibility_timeout": 1, "unacked_restore_interval": 1, "unacked_restore_throttle": 1}
+    ),
+}
+
+# A threads-pool worker has no event loop timer: kombu restores expired messages only when
+# a poll comes back empty. Few endpoints leave such gaps, and a 2 s answer keeps each
+# message unacknowledged past the 1 s visibility timeout.
+QUIET_SLOW_ENDPOINTS = Shape(endpoints=2, interval="3s", hold_ms=2000, env=SHORT_VISIBILITY)
+
+
+@dataclass(frozen=True)
+class Scenario:
+    fault: Fault
+    shape: Shape = field(default_factory=Shape)
+
+    def resized(self, endpoints: int) -> Shape:
+        return replace(self.shape, endpoints=endpoints)
+
+
+SCENARIOS: dict[str, Scenario] = {
+    "connection-drop": Scenario(drop_broker_connections),
+    "redis-restart": Scenario(restart_redis),
+    "redis-outage": Scenario(redis_outage),
+    "postgres-restart": Scenario(restart_postgres),
+    "postgres-outage": Scenario(postgres_outage),
+    "execute-sigkill": Scenario(kill_execute_worker),
+    "execute-sigstop": Scenario(stop_execute_worker, Shape(execute_workers=2)),
+    "tick-sigkill": Scenario(kill_tick_worker),
+    "two-beats": Scenario(run_for_a_window, Shape(beats=2, tick_workers=2)),
+    "duplicate-publish": Scenario(publish_execute_messages_twice),
+    "visibility-timeout": Scenario(run_for_a_window, QUIET_SLOW_ENDPOINTS),
+}
