@@ -69,18 +69,21 @@ def run_for_a_window(case: FaultCase, seconds: float = WINDOW_SECONDS) -> None:
     time.sleep(seconds)
 
 
-def publish_execute_messages_twice(case: FaultCase, rounds: int = 3) -> None:
-    """Publish a second copy of every ``execute`` message the workers hold (in flight or
-    waiting for its ETA), a few times over a second, as a producer retry or a restore does."""
+def publish_execute_messages_twice(case: FaultCase, seconds: float = 2.0) -> None:
+    """Publish a second copy of every ``execute`` message the workers hold (waiting for its
+    ETA, or in flight), polled for two seconds, as a producer retry or a restore does. The
+    execute task acknowledges its message once the worker's dispatcher holds the claims, so
+    a message is held mostly while it waits for its ETA: poll often."""
     client = case.services.redis.client()
     copied: set[bytes | str] = set()
-    for _ in range(rounds):
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
         for tag, raw in client.hgetall(UNACKED_KEY).items():
             message, _exchange, routing_key = json.loads(raw)
             if routing_key == "execute" and tag not in copied:
                 client.lpush("execute", json.dumps(message))
                 copied.add(tag)
-        time.sleep(0.5)
+        time.sleep(0.02)
     if not copied:
         raise AssertionError("no execute message was held by a worker to publish twice")
 
