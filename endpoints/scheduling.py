@@ -938,7 +938,10 @@ def _reschedule_after_conflict(outcome: Outcome) -> bool:
 def _reread_own(claim: Claim) -> ClaimedEndpoint | None:
     """The endpoint as it is now, or None (logged) if our claim is no longer on it."""
     fresh = hot_path.load_endpoint(claim.endpoint_id)
-    if fresh is None or fresh.claim_token != claim.claim_token:
+    if fresh is None:
+        _log(logging.INFO, "the endpoint was deleted during its run; nothing to plan", claim=claim)
+        return None
+    if fresh.claim_token != claim.claim_token:
         _log(logging.WARNING, "lease lost; run kept, endpoint not rescheduled", claim=claim)
         return None
     return fresh

@@ -227,3 +227,18 @@ def test_slots_claimed_late_start_spread_and_slots_claimed_on_time_start_on_thei
     assert all(claims[e.pk].scheduled_for == now - 30 * S for e in late)  # the slot stays
     payload = claims[late[0].pk].to_payload()
     assert Claim.from_payload(payload) == claims[late[0].pk]  # survives the broker
+
+
+def test_a_run_that_ends_after_its_endpoint_was_deleted_says_so(make_endpoint, target, caplog):
+    endpoint = make_endpoint(url=target.url("/"))
+    [claim] = due_claims(endpoint)
+    called = scheduling.call_claim(claim)
+    assert isinstance(called, scheduling.Outcome)
+    Endpoint.objects.filter(pk=endpoint.pk).delete()  # while its request was in flight
+
+    with caplog.at_level("INFO", logger="cronicorn.scheduler"):
+        scheduling.record_outcomes([called])
+
+    assert "after its endpoint was deleted; nothing recorded" in caplog.text
+    assert "deleted during its run; nothing to plan" in caplog.text
+    assert "declared lost" not in caplog.text and "lease lost" not in caplog.text
