@@ -78,6 +78,8 @@ WRITE_BATCH = 50
 # longest wait between tries: outcomes recorded after a short outage are not lost.
 WRITE_RETRY_SECONDS = 30.0
 WRITE_RETRY_MAX_WAIT = 2.0
+# How soon a claim whose start met an unavailable database is tried again.
+START_RETRY = 0.5
 
 # What starting a claim gives: a run to call, an outcome already called (test seams),
 # a run a scheduler error cut short, or None (nothing to run).
@@ -121,6 +123,8 @@ class ClaimDispatcher:
         # Claims started and not written yet, and the ids of their runs once recorded.
         self._in_flight: dict[Future[Any], Claim] = {}
         self._runs: dict[Future[Any], int] = {}
+        # Claims whose start met an unavailable database, since when (monotonic).
+        self._unavailable_since: dict[uuid.UUID, float] = {}
         self._closed = False
         self._due: queue.SimpleQueue[tuple[Claim, Future[Any]] | None] = queue.SimpleQueue()
         self._starters = [
@@ -281,15 +285,25 @@ class ClaimDispatcher:
             connections.close_all()
 
     def _start_batch(self, batch: list[tuple[Claim, Future[Any]]]) -> None:
-        live = [(claim, future) for claim, future in batch if future.set_running_or_notify_cancel()]
+        # A claim tried again after an outage is running already (see _start_again).
+        live = [
+            (claim, future)
+            for claim, future in batch
+            if future.running() or future.set_running_or_notify_cancel()
+        ]
         if not live:
             return
         try:
             started = self._start_claims([claim for claim, _future in live])
+        except UNAVAILABLE as exc:
+            self._start_again(live, exc)
+            return
         except BaseException as exc:
             for _claim, future in live:
                 future.set_exception(exc)
             return
+        for claim, _future in live:
+            self._unavailable_since.pop(claim.claim_token, None)
         for (_claim, future), item in zip(live, started, strict=True):
             if isinstance(item, Started):
                 with self._condition:
@@ -305,6 +319,31 @@ class ClaimDispatcher:
                 self._hand_to_writer(item, future)
             else:
                 future.set_result(item)
+
+    def _start_again(self, live: list[tuple[Claim, Future[Any]]], exc: Exception) -> None:
+        """The database is away (a restart): the claims are still ours, so try them again
+        in ``START_RETRY`` seconds rather than leave them to their leases, for as long as a
+        lease lasts; then give up (the leases have expired: another claimer may have them)."""
+        now = time.monotonic()
+        retry: list[tuple[Claim, Future[Any]]] = []
+        for claim, future in live:
+            since = self._unavailable_since.setdefault(claim.claim_token, now)
+            if now - since < settings.CRONICORN_LEASE_SECONDS:
+                retry.append((claim, future))
+            else:
+                self._unavailable_since.pop(claim.claim_token, None)
+                future.set_result(None)
+        logger.warning(
+            "database unavailable while starting %d run(s) (%s); %s",
+            len(live),
+            exc,
+            f"trying again in {START_RETRY} s" if retry else "left to their leases",
+        )
+        with self._condition:
+            at = time.time() + START_RETRY
+            for claim, future in retry:
+                heapq.heappush(self._heap, (at, next(self._order), claim, future))
+            self._condition.notify()
 
     def _called(self, started: Started, future: Future[Any], request: Future[Any]) -> None:
         """On the HTTP event loop's thread: hand the outcome over, touch no database."""

@@ -484,11 +484,16 @@ def start_claims(claims: Sequence[Claim]) -> list[Started | None]:
     statement (the dispatcher starts what is due together: under load, many). For each
     claim, its ``Started``, or None when there is nothing to run: a stale claim (its token
     no longer on the endpoint), an endpoint paused or archived since the claim (its lease
-    released), or an error (logged; the lease expires).
+    released), or an error (logged; the claim given back).
+
+    Raises ``UNAVAILABLE`` when the database cannot be reached before anything was
+    written, so the caller, which still holds the claims, may start them again shortly.
     """
     try:
         now = _wait_for_slot(max(claim.scheduled_for for claim in claims))
         endpoints = hot_path.load_endpoints([claim.endpoint_id for claim in claims])
+    except UNAVAILABLE:
+        raise
     except Exception:
         _give_back(claims)
         return [None] * len(claims)

@@ -8,6 +8,8 @@ these are the fast cases, against the database alone."""
 from __future__ import annotations
 
 import threading
+import time
+import uuid
 from datetime import timedelta
 from typing import Any
 
@@ -15,7 +17,7 @@ import pytest
 from django.db import connections
 from django.utils import timezone
 
-from endpoints import scheduling
+from endpoints import dispatch, scheduling
 from endpoints.dispatch import ClaimDispatcher
 from endpoints.models import Endpoint, Run, RunStatus, RunTrigger, Slot, Source
 from endpoints.scheduling import (
@@ -242,3 +244,42 @@ def test_a_run_that_ends_after_its_endpoint_was_deleted_says_so(make_endpoint, t
     assert "after its endpoint was deleted; nothing recorded" in caplog.text
     assert "deleted during its run; nothing to plan" in caplog.text
     assert "declared lost" not in caplog.text and "lease lost" not in caplog.text
+
+
+def test_a_claim_whose_start_meets_a_database_restart_starts_once_it_is_back():
+    """A PostgreSQL restart: the dispatcher still holds the claim, so it tries the start
+    again shortly instead of leaving the slot to its lease."""
+    attempts: list[float] = []
+
+    def start(claims: list[Claim]) -> list[Any]:
+        attempts.append(time.monotonic())
+        if len(attempts) < 3:
+            raise scheduling.OperationalError("the database system is starting up")
+        return [None] * len(claims)
+
+    dispatcher = ClaimDispatcher(max_in_flight=5, start=start)
+    try:
+        claim = Claim(1, uuid.uuid4(), timezone.now(), "baseline-interval", "scheduled")
+        future = dispatcher.submit(claim)
+        assert future.result(timeout=10) is None
+    finally:
+        dispatcher.shutdown(timeout=5)
+    assert len(attempts) == 3
+    assert attempts[2] - attempts[0] >= 2 * dispatch.START_RETRY * 0.9
+
+
+def test_a_claim_is_not_started_again_once_its_lease_would_have_ended(settings):
+    settings.CRONICORN_LEASE_SECONDS = 2
+    attempts: list[float] = []
+
+    def start(claims: list[Claim]) -> list[Any]:
+        attempts.append(time.monotonic())
+        raise scheduling.OperationalError("connection refused")
+
+    dispatcher = ClaimDispatcher(max_in_flight=5, start=start)
+    try:
+        claim = Claim(1, uuid.uuid4(), timezone.now(), "baseline-interval", "scheduled")
+        assert dispatcher.submit(claim).result(timeout=10) is None  # given up, not hung
+    finally:
+        dispatcher.shutdown(timeout=5)
+    assert 2 <= attempts[-1] - attempts[0] < 4
