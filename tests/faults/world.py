@@ -80,6 +80,7 @@ class Services:
 
     def fresh_database(self) -> str:
         """A new database copied from the migrated template; an empty broker."""
+        self._ensure_running()
         self._cases += 1
         name = f"faults_case_{self._cases}"
         with self.postgres.connect() as conn:
@@ -87,6 +88,13 @@ class Services:
             conn.execute(f'CREATE DATABASE "{name}" TEMPLATE "{TEMPLATE}"')
         self.redis.client().flushall()
         return name
+
+    def _ensure_running(self) -> None:
+        """A case that failed during an outage must not take the next case down with it."""
+        if not self.redis.answers():
+            self.redis.start()
+        if not self.postgres.running():
+            self.postgres.start()
 
     def child_env(self, database: str, extra: Mapping[str, str] | None = None) -> dict[str, str]:
         """Production-like settings (DEBUG off, defaults for every Cronicorn setting)."""
