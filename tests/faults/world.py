@@ -24,8 +24,11 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
+from functools import partial
 from pathlib import Path
 from types import TracebackType
+
+from celery import Celery
 
 from tests.faults.analysis import Execution, Outcome, RunRecord
 from tests.faults.services import PostgresCluster, RedisServer, free_port
@@ -235,9 +238,12 @@ class FaultCase:
     def __enter__(self) -> FaultCase:
         for name in self.endpoints:
             self.target.reply(f"/{name}", delay=self.shape.hold_ms / 1000)
-        with self.services.postgres.connect(self.database) as conn:
-            conn.execute(SPREAD_SQL, {"n": len(self.endpoints)})
+        # Nothing is due while the fleet boots: endpoints claimed late all at once would keep
+        # one phase (start to start), and the bursts after a fault would be the harness's.
+        self._execute(PARK_SQL)
         self.fleet.start()
+        self._wait_until_the_fleet_is_up()
+        self._execute(SPREAD_SQL, {"n": len(self.endpoints)})
         return self
 
     def __exit__(
@@ -285,9 +291,8 @@ class FaultCase:
         ]
 
     def outcome(self, name: str, *, started: float, ended: float, in_flight: int) -> Outcome:
-        with self.services.postgres.connect(self.database) as conn:
-            runs = [_run_record(row) for row in conn.execute(RUNS_SQL)]
-            orphans = [str(row[0]) for row in conn.execute(WITHOUT_A_FUTURE_RUN_SQL)]
+        runs = [_run_record(row) for row in self._execute(RUNS_SQL)]
+        orphans = [str(row[0]) for row in self._execute(WITHOUT_A_FUTURE_RUN_SQL)]
         return Outcome(
             fault=name,
             endpoints=self.endpoints,
@@ -299,6 +304,26 @@ class FaultCase:
             logs={name: str(self.fleet.log(name)) for name in self.fleet.commands},
             in_flight_at_fault=in_flight,
         )
+
+    def _wait_until_the_fleet_is_up(self) -> None:
+        """Every worker answers a ping and a tick has been recorded (beat and tick work)."""
+        # A bare app on the harness's broker: only its remote control (pidbox) is used.
+        control = Celery(broker=self.services.redis.url).control
+        workers = sum(1 for name in self.fleet.commands if not name.startswith("beat"))
+        deadline = time.monotonic() + STARTUP_TIMEOUT
+        while len(control.ping(timeout=0.5) or []) < workers:
+            if time.monotonic() > deadline:
+                raise AssertionError(f"the workers did not answer within {STARTUP_TIMEOUT} s")
+        ticked = partial(self._execute, TICKED_SQL)
+        if not self.target.wait_for(lambda: bool(ticked()), timeout=STARTUP_TIMEOUT):
+            raise AssertionError(f"no tick was recorded within {STARTUP_TIMEOUT} s")
+
+    def _execute(
+        self, sql: str, params: dict[str, object] | None = None
+    ) -> list[tuple[object, ...]]:
+        with self.services.postgres.connect(self.database) as conn:
+            cursor = conn.execute(sql, params)
+            return cursor.fetchall() if cursor.description else []
 
     def _calls_open(self) -> int:
         return sum(1 for hit in self.target.hits() if hit.finished is None)
@@ -315,6 +340,8 @@ def endpoint_names(shape: Shape) -> list[str]:
     return [f"e{k:04d}" for k in range(shape.endpoints)]
 
 
+PARK_SQL = "UPDATE endpoints_slot SET next_run_at = now() + interval '1 day'"
+TICKED_SQL = "SELECT 1 FROM endpoints_heartbeat WHERE name = 'tick'"
 # Phases spread evenly over the first second, so a burst means the engine bunched them.
 SPREAD_SQL = """
 UPDATE endpoints_slot s SET next_run_at = now() + interval '1 second' * (1 + o.k::float / %(n)s)
