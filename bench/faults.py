@@ -7,7 +7,8 @@ every arrival; see tests/faults/world.py. For each fault it prints and writes (J
 bench/results/) the calls at the target, runs, lost runs, concurrent executions of one
 endpoint, slots run twice, retries under the lost claim, endpoints without a future run,
 the recovery time (from the end of the fault until every endpoint was called again) and
-the busiest 50 ms after the fault (a burst means endpoints freed together kept one phase).
+the busiest 50 ms before and after the fault (a burst after that was not there before means
+endpoints freed together kept one phase).
 
     .venv/bin/python bench/faults.py --fault redis-outage --fault postgres-outage
     .venv/bin/python bench/faults.py --fault all --endpoints 200 --patience 90
@@ -31,6 +32,7 @@ from tests.faults.world import FaultCase, Services
 
 LOGS = RESULTS / "logs" / "faults"
 BURST_WIDTH = 0.05
+STEADY_SECONDS = 2.0  # the steady state before the fault, for the burst it already had
 RECOVERY_TARGET = 10.0
 COLUMNS = (
     "fault",
@@ -46,6 +48,7 @@ COLUMNS = (
     "endpoints_without_a_future_run",
     "recovery_seconds",
     "never_called_again",
+    "busiest_50ms_before",
     "busiest_50ms_after",
 )
 
@@ -73,10 +76,16 @@ def run_one(services: Services, name: str, *, endpoints: int, patience: float) -
 
 
 def row(outcome: Outcome) -> dict[str, Any]:
-    burst = busiest_window(outcome.executions, since=outcome.fault_ended, width=BURST_WIDTH)
+    calls, start = outcome.executions, outcome.fault_started
+    bursts = {
+        "busiest_50ms_before": busiest_window(
+            calls, since=start - STEADY_SECONDS, until=start, width=BURST_WIDTH
+        ),
+        "busiest_50ms_after": busiest_window(calls, since=outcome.fault_ended, width=BURST_WIDTH),
+    }
     # The evidence (first few of each), judged against the 10 s recovery target.
     broken = broken_promises(outcome, recovery_window=RECOVERY_TARGET)
-    return {**figures(outcome), "busiest_50ms_after": burst, "broken": broken, "logs": outcome.logs}
+    return {**figures(outcome), **bursts, "broken": broken, "logs": outcome.logs}
 
 
 def figures_only(row: dict[str, Any]) -> dict[str, Any]:

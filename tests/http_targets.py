@@ -51,11 +51,12 @@ class _Server(ThreadingHTTPServer):
 
 
 class TargetServer:
-    def __init__(self) -> None:
+    def __init__(self, port: int = 0) -> None:
+        """On a free port, or on ``port`` (the fault suite's endpoints keep their URLs)."""
         self._lock = threading.Lock()
         self._hits: list[Hit] = []
         self._replies: dict[str, Reply] = {}
-        self._server = _Server(("127.0.0.1", 0), self._handler_class())
+        self._server = _Server(("127.0.0.1", port), self._handler_class())
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
         self._thread.start()
 

@@ -143,10 +143,12 @@ def silent_endpoints(
     return [name for name in endpoints if name not in called]
 
 
-def busiest_window(executions: Iterable[Execution], *, since: float, width: float) -> int:
-    """The most calls (all endpoints) arriving within ``width`` seconds after ``since``:
-    endpoints freed together that keep one phase show as a burst."""
-    arrivals = sorted(e.arrived for e in executions if e.arrived >= since)
+def busiest_window(
+    executions: Iterable[Execution], *, since: float, width: float, until: float = math.inf
+) -> int:
+    """The most calls (all endpoints) arriving within ``width`` seconds between ``since``
+    and ``until``: endpoints freed together that keep one phase show as a burst."""
+    arrivals = sorted(e.arrived for e in executions if since <= e.arrived < until)
     busiest, first = 0, 0
     for last, arrived in enumerate(arrivals):
         while arrived - arrivals[first] > width:

@@ -15,13 +15,16 @@ import socket
 import subprocess
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import psycopg
 import redis
 
-# initdb and postgres refuse to run as root; the Debian package's `postgres` user owns them.
+# initdb and postgres refuse to run as root: as root, the cluster belongs to the Debian
+# package's `postgres` user (runuser); as anyone else, to that user.
 PG_USER = "postgres"
+AS_ROOT = os.geteuid() == 0
 
 
 def free_port() -> int:
@@ -30,10 +33,10 @@ def free_port() -> int:
         return int(probe.getsockname()[1])
 
 
-def wait_for(condition: object, *, timeout: float, what: str) -> None:
+def wait_for(condition: Callable[[], bool], *, timeout: float, what: str) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        if condition():  # type: ignore[operator]
+        if condition():
             return
         time.sleep(0.05)
     raise RuntimeError(f"{what} did not happen within {timeout} s")
@@ -61,7 +64,7 @@ class RedisServer:
         args += ["--save", "", "--appendonly", "no", "--dir", str(self.workdir)]
         with (self.workdir / "redis.log").open("ab") as log:
             self._process = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT)
-        wait_for(self._answers, timeout=10, what=f"redis-server on port {self.port} answering")
+        wait_for(self.answers, timeout=10, what=f"redis-server on port {self.port} answering")
 
     def stop(self) -> None:
         if self._process is not None and self._process.poll() is None:
@@ -77,7 +80,7 @@ class RedisServer:
         """What a failover, a proxy restart or a network blip does to every client."""
         return int(self.client().client_kill_filter(_type="normal", skipme=True))
 
-    def _answers(self) -> bool:
+    def answers(self) -> bool:
         try:
             return bool(self.client().ping())
         except redis.RedisError:
@@ -93,7 +96,8 @@ class PostgresCluster:
         # The postgres user must reach its data directory, so not under pytest's private
         # (0700, root's) temporary directories: a directory of its own in /tmp.
         self.home = Path(tempfile.mkdtemp(prefix="cronicorn-faults-pg-"))
-        shutil.chown(self.home, PG_USER, PG_USER)
+        if AS_ROOT:
+            shutil.chown(self.home, PG_USER, PG_USER)
         self.data = self.home / "data"
         self.log = self.home / "postgres.log"
 
@@ -142,7 +146,9 @@ class PostgresCluster:
             raise RuntimeError(f"{program} {' '.join(args)} failed:\n{output}")
 
     def _run(self, program: str, *args: str) -> subprocess.CompletedProcess[bytes]:
-        command = ["runuser", "-u", PG_USER, "--", str(self.bin / program), *args]
+        command = [str(self.bin / program), *args]
+        if AS_ROOT:
+            command = ["runuser", "-u", PG_USER, "--", *command]
         return subprocess.run(command, capture_output=True, check=False, cwd="/", env=_pg_env())
 
 

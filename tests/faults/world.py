@@ -2,13 +2,14 @@
 against the suite's own Redis and PostgreSQL, calling a target on 127.0.0.1 that logs every
 arrival.
 
-- ``Services``: the Redis server and the PostgreSQL cluster (see ``services.py``) and a
-  migrated template database; each case gets a fresh copy of it.
+- ``Services``: the Redis server and the PostgreSQL cluster (see ``services.py``), a
+  migrated template database and, per shape, a template with the endpoints created by
+  ``manage.py import_endpoints``; each case gets a fresh copy of one.
 - ``Fleet``: celery beat, the tick worker (``-Q tick,maintenance``) and the execute worker
   (``-P threads``), each in its own process group with its own log file.
-- ``FaultCase``: one database, one target, one fleet, endpoints imported with
-  ``manage.py import_endpoints``; ``run(fault)`` waits for the steady state, injects the
-  fault, waits for recovery and returns the ``Outcome`` that ``analysis`` judges.
+- ``FaultCase``: one database, one target, one fleet; ``run(fault)`` waits for the steady
+  state, injects the fault, waits for recovery and returns the ``Outcome`` that
+  ``analysis`` judges.
 """
 
 from __future__ import annotations
@@ -23,11 +24,14 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
+from functools import partial
 from pathlib import Path
 from types import TracebackType
 
+from celery import Celery
+
 from tests.faults.analysis import Execution, Outcome, RunRecord
-from tests.faults.services import PostgresCluster, RedisServer
+from tests.faults.services import PostgresCluster, RedisServer, free_port
 from tests.http_targets import TargetServer
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -62,6 +66,10 @@ class Services:
         self.redis = RedisServer(workdir / "redis")
         self.postgres = PostgresCluster()
         self.secret_key = secrets.token_urlsafe(50)
+        # Every case's target listens here, so the endpoints imported once per shape into
+        # a template keep their URLs (an import costs a Django start per case otherwise).
+        self.target_port = free_port()
+        self._templates: dict[tuple[int, str], str] = {}
         self._cases = 0
 
     def __enter__(self) -> Services:
@@ -78,15 +86,59 @@ class Services:
         self.redis.stop()
         self.postgres.destroy()
 
-    def fresh_database(self) -> str:
-        """A new database copied from the migrated template; an empty broker."""
+    def fresh_database(self, shape: Shape) -> str:
+        """A new database holding the shape's endpoints (not yet spread); an empty broker."""
+        self._ensure_running()
+        template = self._template_for(shape)
         self._cases += 1
         name = f"faults_case_{self._cases}"
         with self.postgres.connect() as conn:
             conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-            conn.execute(f'CREATE DATABASE "{name}" TEMPLATE "{TEMPLATE}"')
+            conn.execute(f'CREATE DATABASE "{name}" TEMPLATE "{template}"')
         self.redis.client().flushall()
         return name
+
+    def target_url(self, path: str) -> str:
+        return f"http://127.0.0.1:{self.target_port}{path}"
+
+    def _template_for(self, shape: Shape) -> str:
+        """The migrated template plus the shape's endpoints, imported the way an operator
+        does (``manage.py import_endpoints``), once per session."""
+        key = (shape.endpoints, shape.interval)
+        if key not in self._templates:
+            name = f"{TEMPLATE}_{len(self._templates) + 1}"
+            with self.postgres.connect() as conn:
+                conn.execute(f'CREATE DATABASE "{name}" TEMPLATE "{TEMPLATE}"')
+            path = self.workdir / f"{name}.json"
+            path.write_text(json.dumps(self._endpoints_config(shape)))
+            command = manage("import_endpoints", str(path), "-v0")
+            env = self.child_env(name)
+            subprocess.run(command, cwd=ROOT, env=env, check=True, capture_output=True)
+            self._templates[key] = name
+        return self._templates[key]
+
+    def _endpoints_config(self, shape: Shape) -> dict[str, object]:
+        endpoints = [
+            {
+                "name": name,
+                "url": self.target_url(f"/{name}"),
+                "baseline_interval": shape.interval,
+                "timeout": ENDPOINT_TIMEOUT,
+            }
+            for name in endpoint_names(shape)
+        ]
+        tenant = {"name": "faults", "max_endpoints": len(endpoints), "min_interval": "1s"}
+        return {
+            "version": 1,
+            "tenants": [{**tenant, "jobs": [{"name": "fleet", "endpoints": endpoints}]}],
+        }
+
+    def _ensure_running(self) -> None:
+        """A case that failed during an outage must not take the next case down with it."""
+        if not self.redis.answers():
+            self.redis.start()
+        if not self.postgres.running():
+            self.postgres.start()
 
     def child_env(self, database: str, extra: Mapping[str, str] | None = None) -> dict[str, str]:
         """Production-like settings (DEBUG off, defaults for every Cronicorn setting)."""
@@ -177,17 +229,21 @@ class FaultCase:
         self.shape = shape
         self.workdir = workdir
         self.workdir.mkdir(parents=True, exist_ok=True)
-        self.database = services.fresh_database()
+        self.database = services.fresh_database(shape)
         self.env = services.child_env(self.database, shape.env)
-        self.target = TargetServer()
-        self.endpoints = [f"e{k:04d}" for k in range(shape.endpoints)]
+        self.target = TargetServer(port=services.target_port)
+        self.endpoints = endpoint_names(shape)
         self.fleet = Fleet(shape, self.env, workdir)
 
     def __enter__(self) -> FaultCase:
         for name in self.endpoints:
             self.target.reply(f"/{name}", delay=self.shape.hold_ms / 1000)
-        self.fleet.start()  # boots while the endpoints are imported; nothing is due before
-        self._import_endpoints()
+        # Nothing is due while the fleet boots: endpoints claimed late all at once would keep
+        # one phase (start to start), and the bursts after a fault would be the harness's.
+        self._execute(PARK_SQL)
+        self.fleet.start()
+        self._wait_until_the_fleet_is_up()
+        self._execute(SPREAD_SQL, {"n": len(self.endpoints)})
         return self
 
     def __exit__(
@@ -235,9 +291,8 @@ class FaultCase:
         ]
 
     def outcome(self, name: str, *, started: float, ended: float, in_flight: int) -> Outcome:
-        with self.services.postgres.connect(self.database) as conn:
-            runs = [_run_record(row) for row in conn.execute(RUNS_SQL)]
-            orphans = [str(row[0]) for row in conn.execute(WITHOUT_A_FUTURE_RUN_SQL)]
+        runs = [_run_record(row) for row in self._execute(RUNS_SQL)]
+        orphans = [str(row[0]) for row in self._execute(WITHOUT_A_FUTURE_RUN_SQL)]
         return Outcome(
             fault=name,
             endpoints=self.endpoints,
@@ -250,6 +305,26 @@ class FaultCase:
             in_flight_at_fault=in_flight,
         )
 
+    def _wait_until_the_fleet_is_up(self) -> None:
+        """Every worker answers a ping and a tick has been recorded (beat and tick work)."""
+        # A bare app on the harness's broker: only its remote control (pidbox) is used.
+        control = Celery(broker=self.services.redis.url).control
+        workers = sum(1 for name in self.fleet.commands if not name.startswith("beat"))
+        deadline = time.monotonic() + STARTUP_TIMEOUT
+        while len(control.ping(timeout=0.5) or []) < workers:
+            if time.monotonic() > deadline:
+                raise AssertionError(f"the workers did not answer within {STARTUP_TIMEOUT} s")
+        ticked = partial(self._execute, TICKED_SQL)
+        if not self.target.wait_for(lambda: bool(ticked()), timeout=STARTUP_TIMEOUT):
+            raise AssertionError(f"no tick was recorded within {STARTUP_TIMEOUT} s")
+
+    def _execute(
+        self, sql: str, params: dict[str, object] | None = None
+    ) -> list[tuple[object, ...]]:
+        with self.services.postgres.connect(self.database) as conn:
+            cursor = conn.execute(sql, params)
+            return cursor.fetchall() if cursor.description else []
+
     def _calls_open(self) -> int:
         return sum(1 for hit in self.target.hits() if hit.finished is None)
 
@@ -260,38 +335,13 @@ class FaultCase:
                 calls[execution.endpoint] += 1
         return [name for name, n in calls.items() if n < count]
 
-    def _import_endpoints(self) -> None:
-        """Create the endpoints the way an operator does, then spread them over one interval."""
-        config = {
-            "version": 1,
-            "tenants": [
-                {
-                    "name": "faults",
-                    "max_endpoints": len(self.endpoints),
-                    "min_interval": "1s",
-                    "jobs": [{"name": "fleet", "endpoints": self._endpoint_specs()}],
-                }
-            ],
-        }
-        path = self.workdir / "endpoints.json"
-        path.write_text(json.dumps(config))
-        command = manage("import_endpoints", str(path), "-v0")
-        subprocess.run(command, cwd=ROOT, env=self.env, check=True, capture_output=True)
-        with self.services.postgres.connect(self.database) as conn:
-            conn.execute(SPREAD_SQL, {"n": len(self.endpoints)})
 
-    def _endpoint_specs(self) -> list[dict[str, str]]:
-        return [
-            {
-                "name": name,
-                "url": self.target.url(f"/{name}"),
-                "baseline_interval": self.shape.interval,
-                "timeout": ENDPOINT_TIMEOUT,
-            }
-            for name in self.endpoints
-        ]
+def endpoint_names(shape: Shape) -> list[str]:
+    return [f"e{k:04d}" for k in range(shape.endpoints)]
 
 
+PARK_SQL = "UPDATE endpoints_slot SET next_run_at = now() + interval '1 day'"
+TICKED_SQL = "SELECT 1 FROM endpoints_heartbeat WHERE name = 'tick'"
 # Phases spread evenly over the first second, so a burst means the engine bunched them.
 SPREAD_SQL = """
 UPDATE endpoints_slot s SET next_run_at = now() + interval '1 second' * (1 + o.k::float / %(n)s)
