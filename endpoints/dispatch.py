@@ -58,6 +58,7 @@ from endpoints.scheduling import (
     Claim,
     Outcome,
     Started,
+    catch_up_offset,
     record_outcomes,
     renew_leases,
     start_claims,
@@ -323,7 +324,9 @@ class ClaimDispatcher:
     def _start_again(self, live: list[tuple[Claim, Future[Any]]], exc: Exception) -> None:
         """The database is away (a restart): the claims are still ours, so try them again
         in ``START_RETRY`` seconds rather than leave them to their leases, for as long as a
-        lease lasts; then give up (the leases have expired: another claimer may have them)."""
+        lease lasts; then give up (the leases have expired: another claimer may have them).
+        Each is tried again at its endpoint's catch-up offset, so that the claims held up
+        together do not all start in the same instant once the database is back."""
         now = time.monotonic()
         retry: list[tuple[Claim, Future[Any]]] = []
         for claim, future in live:
@@ -342,7 +345,8 @@ class ClaimDispatcher:
         with self._condition:
             at = time.time() + START_RETRY
             for claim, future in retry:
-                heapq.heappush(self._heap, (at, next(self._order), claim, future))
+                spread = catch_up_offset(claim.endpoint_id).total_seconds()
+                heapq.heappush(self._heap, (at + spread, next(self._order), claim, future))
             self._condition.notify()
 
     def _called(self, started: Started, future: Future[Any], request: Future[Any]) -> None:

@@ -147,7 +147,12 @@ def catch_up_start(endpoint_id: int, scheduled_for: datetime, now: datetime) -> 
     """When a slot claimed at ``now`` should start, if it is a catch-up; else None."""
     if now - scheduled_for <= CATCH_UP_AFTER:
         return None
-    return now + CATCH_UP_SPREAD * ((endpoint_id * _SPREAD_STEP) % 1.0)
+    return now + catch_up_offset(endpoint_id)
+
+
+def catch_up_offset(endpoint_id: int) -> timedelta:
+    """The endpoint's stable place within ``CATCH_UP_SPREAD``."""
+    return CATCH_UP_SPREAD * ((endpoint_id * _SPREAD_STEP) % 1.0)
 
 
 def _log(
