@@ -37,7 +37,8 @@ def validated_job(principal: Principal, job: Job, values: dict[str, Any]) -> Job
 def endpoint_form(principal: Principal, endpoint: Endpoint, values: dict[str, Any]) -> Any:
     """The admin's endpoint form, bound to the stored values with ``values`` over them."""
     fields = EndpointAdminForm.Meta.fields
-    data = {**model_to_dict(endpoint, fields=fields), **values} if endpoint.pk else dict(values)
+    # A new endpoint starts from the model's defaults, as the admin's add form does.
+    data = {**model_to_dict(endpoint, fields=fields), **values}
     for name in JSON_FIELDS:
         if name in data:
             data[name] = json.dumps(data[name])
