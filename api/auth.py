@@ -133,3 +133,9 @@ class KeyRateThrottle(AuthRateThrottle):
     def __init__(self) -> None:
         self.cache = caches["api"]
         super().__init__(settings.CRONICORN_API_RATE)
+
+    def allow_request(self, request: HttpRequest) -> bool:
+        # Read per request, so a settings change (or a test's override) applies at once.
+        self.rate = settings.CRONICORN_API_RATE
+        self.num_requests, self.duration = self.parse_rate(self.rate)
+        return super().allow_request(request)

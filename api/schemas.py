@@ -10,6 +10,7 @@ from datetime import datetime
 from typing import Any, Literal
 
 from ninja import Field, Schema
+from pydantic import ConfigDict
 
 from endpoints.executor import mask_headers
 
@@ -30,6 +31,12 @@ class Problem(Schema):
     )
 
 
+class Input(Schema):
+    """A request body: an unknown key (a typo) is an error, not silently ignored."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
 class Message(Schema):
     detail: str
 
@@ -37,7 +44,7 @@ class Message(Schema):
 # --- jobs -------------------------------------------------------------------------------
 
 
-class JobIn(Schema):
+class JobIn(Input):
     name: str = Field(description="Unique within the tenant.")
     description: str = Field("", description="Context for the planner.")
     max_concurrent: int | None = Field(None, description="Most runs in flight at once.")
@@ -46,7 +53,7 @@ class JobIn(Schema):
     )
 
 
-class JobPatch(Schema):
+class JobPatch(Input):
     name: str | None = None
     description: str | None = None
     max_concurrent: int | None = None
@@ -71,7 +78,7 @@ class JobPage(Schema):
 # --- endpoints --------------------------------------------------------------------------
 
 
-class EndpointPatch(Schema):
+class EndpointPatch(Input):
     """Only the fields given change (PATCH)."""
 
     job_id: int | None = None
@@ -145,20 +152,20 @@ class EndpointPage(Schema):
     next_cursor: str | None
 
 
-class PauseIn(Schema):
+class PauseIn(Input):
     until: datetime | None = Field(None, description="Pause until this time (UTC)…")
     for_ms: int | None = Field(None, description="…or for this many milliseconds.")
     reason: str = ""
 
 
-class HintIn(Schema):
+class HintIn(Input):
     interval_ms: int | None = Field(None, description="A new cadence (at least 1000)…")
     next_run_at: datetime | None = Field(None, description="…or one run at this time.")
     ttl_ms: int = Field(description="How long the hint holds, in ms.")
     reason: str = ""
 
 
-class ReasonIn(Schema):
+class ReasonIn(Input):
     reason: str = ""
 
 
