@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
+from functools import wraps
 from typing import Any
 
 from django.core.exceptions import ValidationError as DjangoValidationError
@@ -11,7 +13,14 @@ from ninja import NinjaAPI
 from ninja.errors import AuthenticationError, HttpError, Throttled
 from ninja.errors import ValidationError as NinjaValidationError
 
-from api.auth import AdminSessionAuth, ApiKeyAuth, KeyRateThrottle
+from api.auth import (
+    AdminSessionAuth,
+    ApiKeyAuth,
+    KeyRateThrottle,
+    bearer_key,
+    principal_for_key,
+    principal_for_user,
+)
 from api.errors import PROBLEM_TYPE, InvalidInput, problem_for
 from api.routers import endpoints, health, history, jobs, runs, tenants
 from endpoints.scheduling import OperationRefused
@@ -21,6 +30,21 @@ UNAUTHORIZED = (
     "manage.py create_api_key), or log in to the admin; the key may be expired or revoked."
 )
 
+
+def signed_in(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
+    """The schema and the docs page, like every route, need a key or an admin session."""
+
+    @wraps(view)
+    def guarded(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+        raw = bearer_key(request.headers.get("Authorization"))
+        principal = principal_for_key(raw) if raw else principal_for_user(request.user)
+        if principal is None:
+            return problem_response(request, AuthenticationError())
+        return view(request, *args, **kwargs)
+
+    return guarded
+
+
 api = NinjaAPI(
     title="Cronicorn API",
     version="1",
@@ -28,6 +52,7 @@ api = NinjaAPI(
     auth=[ApiKeyAuth(), AdminSessionAuth()],
     throttle=[KeyRateThrottle()],
     urls_namespace="api",
+    docs_decorator=signed_in,
 )
 for module in (jobs, endpoints, runs, history, health, tenants):
     api.add_router("/", module.router)
