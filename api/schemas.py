@@ -294,10 +294,3 @@ class TenantOut(Schema):
     monthly_token_budget: int
     tokens_used_this_month: int
     signs_requests: bool
-
-
-class SigningSecretOut(Schema):
-    secret: str = Field(description="Shown once: store it now.")
-    previous_valid_until: datetime | None = Field(
-        description="Until then requests also carry a signature with the previous secret."
-    )
