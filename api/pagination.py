@@ -14,6 +14,9 @@ from django.db.models import Model, Q, QuerySet
 from ninja.errors import HttpError
 
 M = TypeVar("M", bound=Model)
+# A page as the operations return it: ``items`` (model instances, serialised once by the
+# response schema, ``JobPage``, ``RunPage``…, on the way out) and ``next_cursor``.
+Page = dict[str, Any]
 
 DEFAULT_LIMIT = 100
 MAX_LIMIT = 500
@@ -21,7 +24,7 @@ MAX_LIMIT = 500
 
 def keyset_page(
     queryset: QuerySet[M], *, key: str, cursor: str | None, limit: int, descending: bool
-) -> tuple[list[M], str | None]:
+) -> Page:
     """One page ordered by ``key`` then id (both descending or both ascending)."""
     if not 1 <= limit <= MAX_LIMIT:
         raise HttpError(422, f"limit must be 1..{MAX_LIMIT}; got {limit}.")
@@ -33,9 +36,9 @@ def keyset_page(
         )
     rows = list(queryset.order_by(f"{sign}{key}", f"{sign}pk")[: limit + 1])
     if len(rows) <= limit:
-        return rows, None
+        return {"items": rows, "next_cursor": None}
     last = rows[limit - 1]
-    return rows[:limit], _encode(getattr(last, key), last.pk)
+    return {"items": rows[:limit], "next_cursor": _encode(getattr(last, key), last.pk)}
 
 
 def _encode(value: Any, pk: int) -> str:

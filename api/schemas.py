@@ -138,8 +138,6 @@ class EndpointOut(Schema):
     @staticmethod
     def resolve_headers(endpoint: Any) -> dict[str, Any]:
         # Secret values never leave the server; a masked value sent back keeps the stored one.
-        if isinstance(endpoint, dict):
-            return dict(endpoint["headers"])
         return mask_headers(endpoint.headers, tuple(endpoint.secret_header_names or ()))
 
 

@@ -13,7 +13,7 @@ from api.auth import Principal, get_scoped
 from api.errors import InvalidInput
 from api.forms import endpoint_form
 from api.operations import operation
-from api.pagination import DEFAULT_LIMIT, keyset_page
+from api.pagination import DEFAULT_LIMIT, Page, keyset_page
 from api.schemas import (
     EndpointDetail,
     EndpointIn,
@@ -36,11 +36,13 @@ router = Router(tags=["endpoints"])
 
 
 def endpoints_of(principal: Principal) -> QuerySet[Endpoint]:
-    return principal.scope(Endpoint.objects.select_related("slot", "job__tenant"), "job__tenant")
+    return principal.scope(Endpoint.objects.select_related("slot"), "job__tenant")
 
 
 def scoped_endpoint(principal: Principal, endpoint_id: int) -> Endpoint:
-    return get_scoped(principal, endpoints_of(principal), "job__tenant", endpoint_id)
+    # With its job and tenant: the operations read the job's status and tenant's secret.
+    endpoints = Endpoint.objects.select_related("slot", "job__tenant")
+    return get_scoped(principal, endpoints, "job__tenant", endpoint_id)
 
 
 @operation(router, "get", "/endpoints", name="list_endpoints", response=EndpointPage)
@@ -51,7 +53,7 @@ def list_endpoints(
     search: str | None = None,
     cursor: str | None = None,
     limit: int = DEFAULT_LIMIT,
-) -> EndpointPage:
+) -> Page:
     """List endpoints, oldest first; filter by job, status or a word in the name or URL."""
     endpoints = endpoints_of(principal)
     if job_id is not None:
@@ -62,12 +64,7 @@ def list_endpoints(
         endpoints = endpoints.filter(condition)
     if search:
         endpoints = endpoints.filter(Q(name__icontains=search) | Q(url__icontains=search))
-    items, next_cursor = keyset_page(
-        endpoints, key="id", cursor=cursor, limit=limit, descending=False
-    )
-    return EndpointPage(
-        items=[EndpointOut.model_validate(e) for e in items], next_cursor=next_cursor
-    )
+    return keyset_page(endpoints, key="id", cursor=cursor, limit=limit, descending=False)
 
 
 @operation(
@@ -90,11 +87,12 @@ def create_endpoint(principal: Principal, payload: EndpointIn) -> Endpoint:
 
 
 @operation(router, "get", "/endpoints/{endpoint_id}", name="get_endpoint", response=EndpointDetail)
-def get_endpoint(principal: Principal, endpoint_id: int) -> EndpointDetail:
+def get_endpoint(principal: Principal, endpoint_id: int) -> Endpoint:
     """Get an endpoint with its next run, why (source) and the governor's explanation."""
     endpoint = scoped_endpoint(principal, endpoint_id)
     explanation = explain_plan(timezone.now(), EndpointSchedule.from_endpoint(endpoint))
-    return EndpointDetail(**EndpointOut.model_validate(endpoint).dict(), explanation=explanation)
+    endpoint.explanation = explanation  # type: ignore[attr-defined]  # for EndpointDetail
+    return endpoint
 
 
 @operation(

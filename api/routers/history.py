@@ -6,9 +6,9 @@ from ninja import Router
 
 from api.auth import Principal, get_scoped
 from api.operations import operation
-from api.pagination import DEFAULT_LIMIT, keyset_page
+from api.pagination import DEFAULT_LIMIT, Page, keyset_page
 from api.routers.endpoints import scoped_endpoint
-from api.schemas import HintOut, HintPage, SessionDetail, SessionOut, SessionPage
+from api.schemas import HintOut, HintPage, SessionDetail, SessionPage
 from endpoints.models import HintHistory
 from planner.models import AnalysisSession
 
@@ -18,17 +18,16 @@ router = Router(tags=["history"])
 @operation(router, "get", "/endpoints/{endpoint_id}/hints", name="list_hints", response=HintPage)
 def list_hints(
     principal: Principal, endpoint_id: int, cursor: str | None = None, limit: int = DEFAULT_LIMIT
-) -> HintPage:
+) -> Page:
     """An endpoint's hint history (hints, pauses, resumes, clears), newest first."""
     endpoint = scoped_endpoint(principal, endpoint_id)
-    items, next_cursor = keyset_page(
+    return keyset_page(
         HintHistory.objects.filter(endpoint_id=endpoint.pk),
         key="created_at",
         cursor=cursor,
         limit=limit,
         descending=True,
     )
-    return HintPage(items=[HintOut.model_validate(h) for h in items], next_cursor=next_cursor)
 
 
 @operation(router, "get", "/hints/{hint_id}", name="get_hint", response=HintOut)
@@ -42,17 +41,16 @@ def get_hint(principal: Principal, hint_id: int) -> HintHistory:
 )
 def list_sessions(
     principal: Principal, endpoint_id: int, cursor: str | None = None, limit: int = DEFAULT_LIMIT
-) -> SessionPage:
+) -> Page:
     """The planner's analysis sessions of an endpoint, newest first."""
     endpoint = scoped_endpoint(principal, endpoint_id)
-    items, next_cursor = keyset_page(
+    return keyset_page(
         AnalysisSession.objects.filter(endpoint_id=endpoint.pk),
         key="started_at",
         cursor=cursor,
         limit=limit,
         descending=True,
     )
-    return SessionPage(items=[SessionOut.model_validate(s) for s in items], next_cursor=next_cursor)
 
 
 @operation(router, "get", "/sessions/{session_id}", name="get_session", response=SessionDetail)

@@ -10,7 +10,7 @@ from api.auth import Principal, get_scoped
 from api.errors import InvalidInput
 from api.forms import validated_job
 from api.operations import operation
-from api.pagination import DEFAULT_LIMIT, keyset_page
+from api.pagination import DEFAULT_LIMIT, Page, keyset_page
 from api.schemas import JobIn, JobOut, JobPage, JobPatch, Message
 from endpoints import scheduling
 from endpoints.models import Job, Tenant
@@ -23,13 +23,10 @@ def scoped_job(principal: Principal, job_id: int) -> Job:
 
 
 @operation(router, "get", "/jobs", name="list_jobs", response=JobPage)
-def list_jobs(
-    principal: Principal, cursor: str | None = None, limit: int = DEFAULT_LIMIT
-) -> JobPage:
+def list_jobs(principal: Principal, cursor: str | None = None, limit: int = DEFAULT_LIMIT) -> Page:
     """List jobs, oldest first."""
     jobs = principal.scope(Job.objects.all(), "tenant")
-    items, next_cursor = keyset_page(jobs, key="id", cursor=cursor, limit=limit, descending=False)
-    return JobPage(items=[JobOut.model_validate(job) for job in items], next_cursor=next_cursor)
+    return keyset_page(jobs, key="id", cursor=cursor, limit=limit, descending=False)
 
 
 @operation(

@@ -9,7 +9,7 @@ from ninja import Router
 
 from api.auth import Principal, get_scoped
 from api.operations import operation
-from api.pagination import DEFAULT_LIMIT, keyset_page
+from api.pagination import DEFAULT_LIMIT, Page, keyset_page
 from api.routers.endpoints import scoped_endpoint
 from api.routers.jobs import scoped_job
 from api.schemas import RunDetail, RunOut, RunPage, RunStatusFilter
@@ -28,17 +28,16 @@ def _page(
     until: datetime | None,
     cursor: str | None,
     limit: int,
-) -> RunPage:
+) -> Page:
     if status:
         runs = runs.filter(status=status)
     if since:
         runs = runs.filter(started_at__gte=since)
     if until:
         runs = runs.filter(started_at__lt=until)
-    items, next_cursor = keyset_page(
+    return keyset_page(
         runs.only(*LIST_FIELDS), key="started_at", cursor=cursor, limit=limit, descending=True
     )
-    return RunPage(items=[RunOut.model_validate(run) for run in items], next_cursor=next_cursor)
 
 
 @operation(
@@ -52,7 +51,7 @@ def list_endpoint_runs(
     until: datetime | None = None,
     cursor: str | None = None,
     limit: int = DEFAULT_LIMIT,
-) -> RunPage:
+) -> Page:
     """An endpoint's runs, newest first; filter by status and started time [since, until)."""
     endpoint = scoped_endpoint(principal, endpoint_id)
     runs = Run.objects.filter(endpoint_id=endpoint.pk)
@@ -68,7 +67,7 @@ def list_job_runs(
     until: datetime | None = None,
     cursor: str | None = None,
     limit: int = DEFAULT_LIMIT,
-) -> RunPage:
+) -> Page:
     """The runs of all a job's endpoints, newest first; same filters as an endpoint's."""
     job = scoped_job(principal, job_id)
     runs = Run.objects.filter(endpoint__job_id=job.pk)
