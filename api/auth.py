@@ -58,7 +58,8 @@ class NotFound(HttpError):
 
 def get_scoped(principal: Principal, queryset: QuerySet[M], tenant_path: str, pk: Any) -> M:
     """The object with ``pk`` if the caller's tenants hold it; 404 otherwise."""
-    found = principal.scope(queryset, tenant_path).filter(pk=pk).first()
+    # order_by(): first() would sort by Meta.ordering, joining the tables it names.
+    found = principal.scope(queryset, tenant_path).filter(pk=pk).order_by().first()
     if found is None:
         raise NotFound(str(queryset.model._meta.verbose_name), pk)
     return found
@@ -75,6 +76,7 @@ def principal_for_key(raw: str) -> Principal | None:
         ApiKey.objects.usable(now=now)
         .filter(key_hash=hash_key(raw))
         .only("pk", "tenant_id", "scope", "last_used_at")
+        .order_by()
         .first()
     )
     if key is None:

@@ -41,7 +41,8 @@ class ApiKey(models.Model):
     tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="api_keys")
     name = models.CharField(max_length=200, help_text="What uses it, e.g. 'CI deploys'.")
     prefix = models.CharField(max_length=16, unique=True, editable=False)
-    key_hash = models.CharField(max_length=64, editable=False)
+    # Unique, so indexed: every request looks its key up by hash.
+    key_hash = models.CharField(max_length=64, unique=True, editable=False)
     scope = models.CharField(max_length=8, choices=Scope.choices, default=Scope.WRITE)
     expires_at = models.DateTimeField(null=True, blank=True)
     revoked_at = models.DateTimeField(null=True, blank=True)

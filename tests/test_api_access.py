@@ -130,3 +130,18 @@ def test_an_admin_session_may_use_the_api_but_writes_need_the_csrf_token(
         assert http.post(url).status_code in (401, 403)
         with_token = http.post(url, headers={"X-CSRFToken": "x" * 32})
         assert with_token.status_code == 200, with_token.text
+
+
+def test_keys_never_reach_the_logs(
+    api_world: ApiWorld, http: httpx.Client, caplog: pytest.LogCaptureFixture, settings: Any
+) -> None:
+    settings.DEBUG = True  # where ninja's own bearer class would log a rejected header
+    caplog.set_level("DEBUG")
+    for key in (api_world.write_key, api_world.revoked_key, api_world.read_key):
+        for scheme in ("Bearer", "Token"):
+            headers = {"Authorization": f"{scheme} {key}"}
+            http.get("/api/v1/jobs", headers=headers)
+            http.post(f"/api/v1/endpoints/{api_world.a.endpoint.pk}/run", headers=headers)
+    secrets = [key.split("_")[-1] for key in (api_world.write_key, api_world.revoked_key)]
+    assert caplog.records
+    assert not any(secret in caplog.text for secret in secrets)

@@ -14,6 +14,7 @@ from api.errors import InvalidInput
 from api.forms import endpoint_form
 from api.operations import operation
 from api.pagination import DEFAULT_LIMIT, Page, keyset_page
+from api.routers.jobs import scoped_job
 from api.schemas import (
     EndpointDetail,
     EndpointIn,
@@ -30,7 +31,7 @@ from api.schemas import (
 from endpoints import scheduling
 from endpoints.admin_filters import endpoint_status_condition
 from endpoints.governor import EndpointSchedule, explain_plan
-from endpoints.models import Endpoint, Job, Run
+from endpoints.models import Endpoint, Run
 
 router = Router(tags=["endpoints"])
 
@@ -57,9 +58,7 @@ def list_endpoints(
     """List endpoints, oldest first; filter by job, status or a word in the name or URL."""
     endpoints = endpoints_of(principal)
     if job_id is not None:
-        endpoints = endpoints.filter(
-            job_id=get_scoped(principal, Job.objects.all(), "tenant", job_id).pk
-        )
+        endpoints = endpoints.filter(job_id=scoped_job(principal, job_id).pk)
     if status and (condition := endpoint_status_condition(status, now=timezone.now())):
         endpoints = endpoints.filter(condition)
     if search:
@@ -80,7 +79,7 @@ def list_endpoints(
 def create_endpoint(principal: Principal, payload: EndpointIn) -> Endpoint:
     """Create an endpoint in a job; it is planned at once."""
     values = payload.dict(exclude_unset=True)
-    values["job"] = get_scoped(principal, Job.objects.all(), "tenant", values.pop("job_id")).pk
+    values["job"] = scoped_job(principal, values.pop("job_id")).pk
     form = endpoint_form(principal, Endpoint(), values)
     scheduling.save_endpoint(form.instance, now=timezone.now(), changed=None, schedule_changed=True)
     return form.instance
@@ -108,7 +107,7 @@ def update_endpoint(principal: Principal, endpoint_id: int, payload: EndpointPat
     endpoint = scoped_endpoint(principal, endpoint_id)
     values = payload.dict(exclude_unset=True)
     if "job_id" in values:
-        values["job"] = get_scoped(principal, Job.objects.all(), "tenant", values.pop("job_id")).pk
+        values["job"] = scoped_job(principal, values.pop("job_id")).pk
     form = endpoint_form(principal, endpoint, values)
     editable = {f.name for f in Endpoint._meta.concrete_fields}
     scheduling.save_endpoint(
