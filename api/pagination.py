@@ -31,8 +31,10 @@ def keyset_page(
     sign, after = ("-", "lt") if descending else ("", "gt")
     if cursor:
         value, pk = _decode(cursor, timestamp=key != "id")
-        queryset = queryset.filter(
-            Q(**{f"{key}__{after}": value}) | Q(**{key: value, f"pk__{after}": pk})
+        # The first condition bounds the index range scan (an OR alone would be a filter
+        # over every row before the cursor); the second only sorts out ties on ``key``.
+        queryset = queryset.filter(**{f"{key}__{after}e": value}).filter(
+            Q(**{f"{key}__{after}": value}) | Q(**{f"pk__{after}": pk})
         )
     rows = list(queryset.order_by(f"{sign}{key}", f"{sign}pk")[: limit + 1])
     if len(rows) <= limit:
