@@ -28,6 +28,7 @@ from api.models import IdempotentRequest
 from api.schemas import Problem
 
 IDEMPOTENCY_WINDOW = timedelta(hours=24)
+MAX_IDEMPOTENCY_KEY = 200  # IdempotentRequest.key's max_length
 ERRORS = {code: Problem for code in (401, 403, 404, 409, 422, 429)}
 
 
@@ -109,6 +110,8 @@ def _once(
 ) -> HttpResponse:
     """Run the operation once per (API key, Idempotency-Key); replay its answer after."""
     assert principal.api_key_id is not None
+    if len(key) > MAX_IDEMPOTENCY_KEY:
+        raise HttpError(422, f"An Idempotency-Key has at most {MAX_IDEMPOTENCY_KEY} characters.")
     now = timezone.now()
     fingerprint = hashlib.sha256(f"{request.method} {request.path} ".encode() + request.body)
     IdempotentRequest.objects.filter(
@@ -117,7 +120,7 @@ def _once(
     try:
         record = IdempotentRequest.objects.create(
             api_key_id=principal.api_key_id,
-            key=key[:200],
+            key=key,
             fingerprint=fingerprint.hexdigest(),
             created_at=now,
         )
@@ -134,7 +137,7 @@ def _once(
 
 
 def _replay(principal: Principal, key: str, fingerprint: str) -> HttpResponse:
-    record = IdempotentRequest.objects.get(api_key_id=principal.api_key_id, key=key[:200])
+    record = IdempotentRequest.objects.get(api_key_id=principal.api_key_id, key=key)
     if record.fingerprint != fingerprint:
         raise HttpError(
             422,

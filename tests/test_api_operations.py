@@ -217,6 +217,10 @@ def test_a_failed_request_does_not_use_up_its_idempotency_key(http: httpx.Client
     bad = http.post("/endpoints", json=new_endpoint(job, url="ftp://x"), headers=headers)
     assert bad.status_code == 422
     assert http.post("/endpoints", json=new_endpoint(job), headers=headers).status_code == 201
+    too_long = http.post(
+        "/endpoints", json=new_endpoint(job), headers={"Idempotency-Key": "k" * 201}
+    )
+    assert too_long.status_code == 422 and "at most 200" in too_long.json()["detail"]
 
 
 def test_requests_over_the_rate_limit_get_429_with_retry_after(

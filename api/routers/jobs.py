@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from django.db import transaction
 from django.utils import timezone
 from ninja import Router
 
@@ -75,8 +74,7 @@ def update_job(principal: Principal, job_id: int, payload: JobPatch) -> Job:
 def delete_job(principal: Principal, job_id: int) -> Message:
     """Delete a job with its endpoints and their runs (archive endpoints to keep history)."""
     job = scoped_job(principal, job_id)
-    with transaction.atomic():
-        job.delete()
+    job.delete()
     return Message(detail=f"Job {job.name} deleted.")
 
 
