@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import timedelta
+from types import SimpleNamespace
 from typing import Any, TypeVar
 
 from django.conf import settings
@@ -16,7 +17,7 @@ from django.core.cache import caches
 from django.db.models import Model, QuerySet
 from django.http import HttpRequest
 from django.utils import timezone
-from ninja.errors import HttpError
+from ninja.errors import HttpError, Throttled
 from ninja.security import SessionAuth
 from ninja.security.http import HttpAuthBase
 from ninja.throttling import AuthRateThrottle
@@ -141,3 +142,12 @@ class KeyRateThrottle(AuthRateThrottle):
         self.rate = settings.CRONICORN_API_RATE
         self.num_requests, self.duration = self.parse_rate(self.rate)
         return super().allow_request(request)
+
+
+def check_rate(principal: Principal) -> None:
+    """The REST routes' per-key limit, for callers that are not a ninja route (MCP tools):
+    the same bucket, so a key's REST requests and tool calls count together."""
+    throttle = KeyRateThrottle()
+    # The throttle reads only ``request.auth`` (the principal) to find the bucket.
+    if not throttle.allow_request(SimpleNamespace(auth=principal)):  # type: ignore[arg-type]
+        raise Throttled(wait=int(throttle.wait() or 1))

@@ -28,7 +28,7 @@ from mcp.types import ToolAnnotations
 from pydantic import TypeAdapter
 
 import api.main  # noqa: F401 - registers every operation
-from api.auth import Principal, bearer_key, principal_for_key
+from api.auth import Principal, bearer_key, check_rate, principal_for_key
 from api.errors import problem_for
 from api.operations import OPERATIONS, Operation, invoke
 from api.schemas import Problem
@@ -119,6 +119,7 @@ def _invoke(op: Operation, principal: Principal, arguments: dict[str, Any]) -> A
     # around each HTTP request (request_started / request_finished).
     close_old_connections()
     try:
+        check_rate(principal)
         # Serialised inside the worker thread: a lazy ORM attribute is read where it may be.
         return TypeAdapter(op.response).validate_python(invoke(op, principal, arguments))
     finally:

@@ -190,3 +190,19 @@ def test_every_tool_answers_404_for_the_other_tenants_objects_and_403_to_a_read_
     forbidden = asyncio.run(scenario(api_world.read_key, api_world.a, True))
     assert all(": 403 Forbidden" in text for text in forbidden.values()), forbidden
     assert len(forbidden) == len(operations(write=True))
+
+
+def test_tool_calls_count_against_the_keys_rate_limit(api_world: ApiWorld, settings: Any) -> None:
+    settings.CRONICORN_API_RATE = "3/m"
+
+    async def scenario() -> list[str]:
+        async with Client(build_server(stdio_key=api_world.read_key)) as client:
+            results = [await client.call_tool("list_jobs", {}) for _ in range(4)]
+            await sync_to_async(connections.close_all)()
+        return ["error" if r.is_error else "ok" for r in results] + [
+            results[-1].content[0].text  # type: ignore[union-attr]
+        ]
+
+    *outcomes, last = asyncio.run(scenario())
+    assert outcomes == ["ok", "ok", "ok", "error"]
+    assert "429 Too Many Requests" in last
