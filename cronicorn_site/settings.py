@@ -113,8 +113,10 @@ INSTALLED_APPS = [
     "django.contrib.messages",
     "django.contrib.staticfiles",
     "django_celery_results",
+    "ninja",
     "endpoints",
     "planner",
+    "api",
 ]
 
 MIDDLEWARE = [
@@ -252,6 +254,23 @@ CRONICORN_LLM_TEMPERATURE = env_float("CRONICORN_LLM_TEMPERATURE", 0.2, minimum=
 CRONICORN_LLM_TIMEOUT_SECONDS = env_float("CRONICORN_LLM_TIMEOUT_SECONDS", 60.0, minimum=1.0)
 CRONICORN_LLM_MAX_TOKENS = env_int("CRONICORN_LLM_MAX_TOKENS", 1500, minimum=1)
 CRONICORN_LLM_MAX_RETRIES = env_int("CRONICORN_LLM_MAX_RETRIES", 2, minimum=0)
+
+# API. Requests per key (or per logged-in user), counted in the "api" cache: Redis when
+# CRONICORN_API_CACHE_URL names one (so a fleet of web processes shares one count), this
+# process's memory otherwise (each worker counts alone on one machine).
+CRONICORN_API_RATE = env_str("CRONICORN_API_RATE", "1200/m")
+CRONICORN_API_CACHE_URL = env_str("CRONICORN_API_CACHE_URL", "")
+CACHES = {
+    "default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"},
+    "api": (
+        {
+            "BACKEND": "django.core.cache.backends.redis.RedisCache",
+            "LOCATION": CRONICORN_API_CACHE_URL,
+        }
+        if CRONICORN_API_CACHE_URL
+        else {"BACKEND": "django.core.cache.backends.locmem.LocMemCache", "LOCATION": "api"}
+    ),
+}
 
 # Operations.
 CRONICORN_METRICS_TOKEN = env_str("CRONICORN_METRICS_TOKEN", "")

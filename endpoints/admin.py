@@ -320,16 +320,13 @@ class EndpointAdmin(TenantScopedAdmin):
         return super().formfield_for_foreignkey(db_field, request, **kwargs)
 
     def save_model(self, request: HttpRequest, obj: Any, form: Any, change: bool) -> None:
-        if change:
-            # Only what the person changed: the scheduler writes the state fields meanwhile.
-            editable = {f.name for f in self.opts.concrete_fields}
-            fields = [name for name in form.changed_data if name in editable]
-            if fields:
-                obj.save(update_fields=[*fields, "updated_at"])
-        else:
-            obj.save()
-        if not change or form.schedule_changed():
-            scheduling.recompute_next_run(obj, now=timezone.now())
+        editable = {f.name for f in self.opts.concrete_fields}
+        scheduling.save_endpoint(
+            obj,
+            now=timezone.now(),
+            changed=[name for name in form.changed_data if name in editable] if change else None,
+            schedule_changed=form.schedule_changed(),
+        )
 
     # --- list columns -------------------------------------------------------------------
 

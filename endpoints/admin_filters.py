@@ -111,18 +111,23 @@ class EndpointStatusFilter(admin.SimpleListFilter):
         ]
 
     def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
-        now = timezone.now()
-        live = Q(archived_at__isnull=True)
-        paused = Q(paused_until__gt=now)
-        conditions = {
-            "healthy": live & Q(failure_count=0) & ~paused,
-            "failing": live & Q(failure_count__gt=0),
-            "paused": live & paused,
-            "hinted": live & Q(ai_hint_expires_at__gt=now),
-            "archived": Q(archived_at__isnull=False),
-        }
-        condition = conditions.get(self.value() or "")
+        condition = endpoint_status_condition(self.value() or "", now=timezone.now())
         return queryset if condition is None else queryset.filter(condition)
+
+
+def endpoint_status_condition(status: str, *, now: Any) -> Q | None:
+    """Endpoints in a status (healthy, failing, paused, hinted, archived); None for any.
+    The admin's status filter and the API's ``?status=`` both use it."""
+    live = Q(archived_at__isnull=True)
+    paused = Q(paused_until__gt=now)
+    conditions = {
+        "healthy": live & Q(failure_count=0) & ~paused,
+        "failing": live & Q(failure_count__gt=0),
+        "paused": live & paused,
+        "hinted": live & Q(ai_hint_expires_at__gt=now),
+        "archived": Q(archived_at__isnull=False),
+    }
+    return conditions.get(status)
 
 
 class SourceFilter(admin.SimpleListFilter):

@@ -1065,6 +1065,21 @@ def recompute_next_run(endpoint: Endpoint, *, now: datetime) -> Plan:
     return plan
 
 
+def save_endpoint(
+    endpoint: Endpoint, *, now: datetime, changed: Sequence[str] | None, schedule_changed: bool
+) -> None:
+    """Save an endpoint its form validated (the admin, the API): a new one whole
+    (``changed`` None), an existing one only in the fields the person changed, since
+    the scheduler writes the state fields meanwhile. A new endpoint, or one whose
+    schedule changed, is planned through the governor."""
+    if changed is None:
+        endpoint.save()
+    elif changed:
+        endpoint.save(update_fields=[*changed, "updated_at"])
+    if changed is None or schedule_changed:
+        recompute_next_run(endpoint, now=now)
+
+
 def _store_plan(endpoint: Endpoint, plan: Plan) -> None:
     """Store the plan in the endpoint's slot; an archived endpoint's slot gets no next run."""
     at, source = (None, "") if endpoint.archived_at else (plan.next_run_at, plan.source)

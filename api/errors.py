@@ -1,0 +1,64 @@
+"""Every failure as an RFC 9457 problem: one mapping for the REST API and the MCP tools."""
+
+from __future__ import annotations
+
+from http import HTTPStatus
+from typing import Any
+
+from django.core.exceptions import ValidationError as DjangoValidationError
+from ninja.errors import HttpError, Throttled
+from ninja.errors import ValidationError as NinjaValidationError
+
+from api.schemas import Problem
+from endpoints.scheduling import OperationRefused
+
+PROBLEM_TYPE = "application/problem+json"
+
+
+class InvalidInput(Exception):
+    """Field-level messages from the models' validation (``full_clean`` through a form)."""
+
+    def __init__(self, errors: dict[str, list[str]]) -> None:
+        super().__init__("; ".join(f"{k}: {' '.join(v)}" for k, v in errors.items()))
+        self.errors = errors
+
+
+def problem_for(exc: Exception) -> Problem | None:
+    """The problem for an exception the API expects; None for a bug (a 500)."""
+    if isinstance(exc, InvalidInput):
+        return _problem(422, "The input is invalid; fix the fields listed.", exc.errors)
+    if isinstance(exc, DjangoValidationError):
+        errors = exc.message_dict if hasattr(exc, "error_dict") else {"__all__": exc.messages}
+        return _problem(422, "The input is invalid; fix the fields listed.", errors)
+    if isinstance(exc, NinjaValidationError):
+        return _problem(422, "The input is invalid; fix the fields listed.", _pydantic(exc.errors))
+    if isinstance(exc, OperationRefused):
+        return _problem(409, str(exc))
+    if isinstance(exc, Throttled):
+        return _problem(429, f"Too many requests for this key; retry in {exc.wait} s.")
+    if isinstance(exc, HttpError):
+        return _problem(exc.status_code, str(exc))
+    return None
+
+
+def _problem(status: int, detail: str, errors: dict[str, list[str]] | None = None) -> Problem:
+    return Problem(
+        title=HTTPStatus(status).phrase, status=status, detail=detail, errors=errors or {}
+    )
+
+
+def _pydantic(errors: list[dict[str, Any]]) -> dict[str, list[str]]:
+    fields: dict[str, list[str]] = {}
+    for error in errors:
+        # ninja's locations start with where the value came from: body, query, path.
+        loc = [str(part) for part in error.get("loc", ()) if part not in ("body", "query", "path")]
+        if loc and loc[0] == "payload":
+            loc = loc[1:]
+        fields.setdefault(".".join(loc) or "__all__", []).append(_message(error))
+    return fields
+
+
+def _message(error: dict[str, Any]) -> str:
+    message = str(error.get("msg", "Invalid value."))
+    # The rejected value is left out: it may be a secret header.
+    return message if message.endswith(".") else f"{message}."

@@ -1,0 +1,96 @@
+"""The REST API at /api/v1/: authentication, throttling, routers and problem+json errors."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from functools import wraps
+from typing import Any
+
+from django.core.exceptions import ValidationError as DjangoValidationError
+from django.http import Http404, HttpRequest, HttpResponse
+from ninja import NinjaAPI
+from ninja.errors import AuthenticationError, HttpError, Throttled
+from ninja.errors import ValidationError as NinjaValidationError
+
+from api.auth import (
+    AdminSessionAuth,
+    ApiKeyAuth,
+    KeyRateThrottle,
+    bearer_key,
+    principal_for_key,
+    principal_for_user,
+)
+from api.errors import PROBLEM_TYPE, InvalidInput, problem_for
+from api.routers import endpoints, health, history, jobs, runs, tenants
+from endpoints.scheduling import OperationRefused
+
+UNAUTHORIZED = (
+    "Send 'Authorization: Bearer <API key>' (create one in the admin or with "
+    "manage.py create_api_key), or log in to the admin; the key may be expired or revoked."
+)
+
+
+def signed_in(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
+    """The schema and the docs page, like every route, need a key or an admin session."""
+
+    @wraps(view)
+    def guarded(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+        raw = bearer_key(request.headers.get("Authorization"))
+        principal = principal_for_key(raw) if raw else principal_for_user(request.user)
+        if principal is None:
+            return problem_response(request, AuthenticationError())
+        return view(request, *args, **kwargs)
+
+    return guarded
+
+
+api = NinjaAPI(
+    title="Cronicorn API",
+    version="1",
+    description="Manage jobs, endpoints, hints and runs. Errors are application/problem+json.",
+    auth=[ApiKeyAuth(), AdminSessionAuth()],
+    throttle=[KeyRateThrottle()],
+    urls_namespace="api",
+    docs_decorator=signed_in,
+)
+for module in (jobs, endpoints, runs, history, health, tenants):
+    api.add_router("/", module.router)
+
+
+def problem_response(request: HttpRequest, exc: Exception) -> HttpResponse:
+    if isinstance(exc, AuthenticationError):
+        exc = HttpError(401, UNAUTHORIZED)
+    if isinstance(exc, Http404):
+        exc = HttpError(404, "No such route; see /api/v1/docs.")
+    problem = problem_for(exc)
+    if problem is None:
+        raise exc
+    response = HttpResponse(
+        json.dumps(problem.model_dump(mode="json")),
+        status=problem.status,
+        content_type=PROBLEM_TYPE,
+    )
+    if isinstance(exc, Throttled) and exc.wait:
+        response["Retry-After"] = str(int(exc.wait))
+    if problem.status == 401:
+        response["WWW-Authenticate"] = 'Bearer realm="cronicorn"'
+    return response
+
+
+def _handle(exc_class: type[Exception]) -> None:
+    def handler(request: HttpRequest, exc: Any) -> HttpResponse:
+        return problem_response(request, exc)
+
+    api.add_exception_handler(exc_class, handler)
+
+
+for _exc in (
+    HttpError,
+    Http404,
+    NinjaValidationError,
+    InvalidInput,
+    DjangoValidationError,
+    OperationRefused,
+):
+    _handle(_exc)

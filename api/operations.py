@@ -1,0 +1,151 @@
+"""One definition per API operation gives both its REST route and its MCP tool.
+
+``@operation(router, "post", "/endpoints/{endpoint_id}/pause", name="pause_endpoint", ...)``
+on ``def pause(principal, endpoint_id: int, payload: PauseIn) -> EndpointOut`` registers a
+ninja route (the principal comes from ``request.auth``) and records the operation for
+the MCP server (api/mcp_server.py), which exposes it as a tool with the same parameters
+and schemas. Both call ``invoke``, so the write check is made in one place.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import inspect
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any, get_type_hints
+
+from django.db import IntegrityError
+from django.http import HttpRequest, HttpResponse
+from django.utils import timezone
+from ninja import Router, Status
+from ninja.errors import HttpError
+
+from api.auth import Principal
+from api.models import IdempotentRequest
+from api.schemas import Problem
+
+IDEMPOTENCY_WINDOW = timedelta(hours=24)
+MAX_IDEMPOTENCY_KEY = 200  # IdempotentRequest.key's max_length
+ERRORS = {code: Problem for code in (401, 403, 404, 409, 422, 429)}
+
+
+@dataclass(frozen=True)
+class Operation:
+    name: str
+    method: str
+    path: str
+    fn: Callable[..., Any]
+    params: tuple[inspect.Parameter, ...]
+    response: Any
+    status: int
+    write: bool
+    idempotent: bool
+
+    @property
+    def description(self) -> str:
+        return inspect.cleandoc(self.fn.__doc__ or self.name)
+
+
+OPERATIONS: list[Operation] = []
+
+
+def operation(
+    router: Router,
+    method: str,
+    path: str,
+    *,
+    name: str,
+    response: Any,
+    status: int = 200,
+    write: bool = False,
+    idempotent: bool = False,
+) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    def register(fn: Callable[..., Any]) -> Callable[..., Any]:
+        hints = get_type_hints(fn)
+        params = tuple(
+            p.replace(annotation=hints[p.name])
+            for p in list(inspect.signature(fn).parameters.values())[1:]
+        )
+        op = Operation(name, method, path, fn, params, response, status, write, idempotent)
+        OPERATIONS.append(op)
+        router.add_api_operation(
+            path,
+            [method.upper()],
+            _view(op),
+            response={status: response, **ERRORS},
+            operation_id=name,
+            summary=op.description.splitlines()[0],
+            description=op.description,
+        )
+        return fn
+
+    return register
+
+
+def invoke(op: Operation, principal: Principal, arguments: dict[str, Any]) -> Any:
+    if op.write:
+        principal.require_write()
+    return op.fn(principal, **arguments)
+
+
+def _view(op: Operation) -> Callable[..., Any]:
+    def view(request: HttpRequest, **arguments: Any) -> Any:
+        principal: Principal = request.auth  # type: ignore[attr-defined]
+        key = request.headers.get("Idempotency-Key")
+        if op.idempotent and key and principal.api_key_id is not None:
+            return _once(op, request, principal, key, arguments)
+        return Status(op.status, invoke(op, principal, arguments))
+
+    request_param = inspect.Parameter("request", inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    view.__signature__ = inspect.Signature([request_param, *op.params])  # type: ignore[attr-defined]
+    view.__name__ = op.name
+    return view
+
+
+def _once(
+    op: Operation, request: HttpRequest, principal: Principal, key: str, arguments: dict[str, Any]
+) -> HttpResponse:
+    """Run the operation once per (API key, Idempotency-Key); replay its answer after."""
+    assert principal.api_key_id is not None
+    if len(key) > MAX_IDEMPOTENCY_KEY:
+        raise HttpError(422, f"An Idempotency-Key has at most {MAX_IDEMPOTENCY_KEY} characters.")
+    now = timezone.now()
+    fingerprint = hashlib.sha256(f"{request.method} {request.path} ".encode() + request.body)
+    IdempotentRequest.objects.filter(
+        api_key_id=principal.api_key_id, key=key, created_at__lt=now - IDEMPOTENCY_WINDOW
+    ).delete()
+    try:
+        record = IdempotentRequest.objects.create(
+            api_key_id=principal.api_key_id,
+            key=key,
+            fingerprint=fingerprint.hexdigest(),
+            created_at=now,
+        )
+    except IntegrityError:
+        return _replay(principal, key, fingerprint.hexdigest())
+    try:
+        result = invoke(op, principal, arguments)
+    except Exception:
+        record.delete()  # a failed request did nothing: the same key may be retried
+        raise
+    body = json.dumps(op.response.model_validate(result).model_dump(mode="json")).encode()
+    IdempotentRequest.objects.filter(pk=record.pk).update(status_code=op.status, body=body)
+    return HttpResponse(body, status=op.status, content_type="application/json")
+
+
+def _replay(principal: Principal, key: str, fingerprint: str) -> HttpResponse:
+    record = IdempotentRequest.objects.get(api_key_id=principal.api_key_id, key=key)
+    if record.fingerprint != fingerprint:
+        raise HttpError(
+            422,
+            "This Idempotency-Key was used for a different request; use a new key per request.",
+        )
+    if record.status_code is None:
+        raise HttpError(409, "A request with this Idempotency-Key is still running; retry soon.")
+    response = HttpResponse(bytes(record.body or b""), status=record.status_code)
+    response["Content-Type"] = "application/json"
+    response["Idempotent-Replayed"] = "true"
+    return response

@@ -1,0 +1,271 @@
+"""Endpoints: list, create, get, update, delete, archive, pause, resume, run now, test,
+hints, reset failures. Every write is the admin's form and a ``scheduling`` function."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from django.db.models import Q, QuerySet
+from django.utils import timezone
+from ninja import Router
+
+from api.auth import Principal, get_scoped
+from api.errors import InvalidInput
+from api.forms import endpoint_form
+from api.operations import operation
+from api.pagination import DEFAULT_LIMIT, Page, keyset_page
+from api.routers.jobs import scoped_job
+from api.schemas import (
+    EndpointDetail,
+    EndpointIn,
+    EndpointOut,
+    EndpointPage,
+    EndpointPatch,
+    EndpointStatusFilter,
+    HintIn,
+    Message,
+    PauseIn,
+    ReasonIn,
+    RunDetail,
+)
+from endpoints import scheduling
+from endpoints.admin_filters import endpoint_status_condition
+from endpoints.governor import EndpointSchedule, explain_plan
+from endpoints.models import Endpoint, Run
+
+router = Router(tags=["endpoints"])
+
+
+def endpoints_of(principal: Principal) -> QuerySet[Endpoint]:
+    # The page's slots in a second query by id: joined, PostgreSQL merges the slot table
+    # from its first row up to the cursor's, so a late page would cost more.
+    return principal.scope(Endpoint.objects.prefetch_related("slot"), "job__tenant")
+
+
+def scoped_endpoint(principal: Principal, endpoint_id: int) -> Endpoint:
+    # With its job and tenant: the operations read the job's status and tenant's secret.
+    endpoints = Endpoint.objects.select_related("slot", "job__tenant")
+    return get_scoped(principal, endpoints, "job__tenant", endpoint_id)
+
+
+@operation(router, "get", "/endpoints", name="list_endpoints", response=EndpointPage)
+def list_endpoints(
+    principal: Principal,
+    job_id: int | None = None,
+    status: EndpointStatusFilter | None = None,
+    search: str | None = None,
+    cursor: str | None = None,
+    limit: int = DEFAULT_LIMIT,
+) -> Page:
+    """List endpoints, oldest first; filter by job, status or a word in the name or URL."""
+    endpoints = endpoints_of(principal)
+    if job_id is not None:
+        endpoints = endpoints.filter(job_id=scoped_job(principal, job_id).pk)
+    if status and (condition := endpoint_status_condition(status, now=timezone.now())):
+        endpoints = endpoints.filter(condition)
+    if search:
+        endpoints = endpoints.filter(Q(name__icontains=search) | Q(url__icontains=search))
+    return keyset_page(endpoints, key="id", cursor=cursor, limit=limit, descending=False)
+
+
+@operation(
+    router,
+    "post",
+    "/endpoints",
+    name="create_endpoint",
+    response=EndpointOut,
+    status=201,
+    write=True,
+    idempotent=True,
+)
+def create_endpoint(principal: Principal, payload: EndpointIn) -> Endpoint:
+    """Create an endpoint in a job; it is planned at once."""
+    values = payload.dict(exclude_unset=True)
+    values["job"] = scoped_job(principal, values.pop("job_id")).pk
+    form = endpoint_form(principal, Endpoint(), values)
+    scheduling.save_endpoint(form.instance, now=timezone.now(), changed=None, schedule_changed=True)
+    return form.instance
+
+
+@operation(router, "get", "/endpoints/{endpoint_id}", name="get_endpoint", response=EndpointDetail)
+def get_endpoint(principal: Principal, endpoint_id: int) -> Endpoint:
+    """Get an endpoint with its next run, why (source) and the governor's explanation."""
+    endpoint = scoped_endpoint(principal, endpoint_id)
+    explanation = explain_plan(timezone.now(), EndpointSchedule.from_endpoint(endpoint))
+    endpoint.explanation = explanation  # type: ignore[attr-defined]  # for EndpointDetail
+    return endpoint
+
+
+@operation(
+    router,
+    "patch",
+    "/endpoints/{endpoint_id}",
+    name="update_endpoint",
+    response=EndpointOut,
+    write=True,
+)
+def update_endpoint(principal: Principal, endpoint_id: int, payload: EndpointPatch) -> Endpoint:
+    """Change an endpoint (only the fields given); a schedule change replans it."""
+    endpoint = scoped_endpoint(principal, endpoint_id)
+    values = payload.dict(exclude_unset=True)
+    if "job_id" in values:
+        values["job"] = scoped_job(principal, values.pop("job_id")).pk
+    form = endpoint_form(principal, endpoint, values)
+    editable = {f.name for f in Endpoint._meta.concrete_fields}
+    scheduling.save_endpoint(
+        endpoint,
+        now=timezone.now(),
+        changed=[name for name in form.changed_data if name in editable],
+        schedule_changed=form.schedule_changed(),
+    )
+    return endpoint
+
+
+@operation(
+    router,
+    "delete",
+    "/endpoints/{endpoint_id}",
+    name="delete_endpoint",
+    response=Message,
+    write=True,
+)
+def delete_endpoint(principal: Principal, endpoint_id: int) -> Message:
+    """Delete an endpoint and its runs (archive it instead to keep its history)."""
+    endpoint = scoped_endpoint(principal, endpoint_id)
+    ref = endpoint.ref
+    endpoint.delete()
+    return Message(detail=f"Endpoint {ref} deleted.")
+
+
+@operation(
+    router,
+    "post",
+    "/endpoints/{endpoint_id}/archive",
+    name="archive_endpoint",
+    response=EndpointOut,
+    write=True,
+)
+def archive_endpoint(principal: Principal, endpoint_id: int) -> Endpoint:
+    """Archive an endpoint: it never runs again; its runs are kept."""
+    endpoint = scoped_endpoint(principal, endpoint_id)
+    scheduling.archive_endpoint(endpoint, now=timezone.now(), user=principal.user)
+    return endpoint
+
+
+@operation(
+    router,
+    "post",
+    "/endpoints/{endpoint_id}/pause",
+    name="pause_endpoint",
+    response=EndpointOut,
+    write=True,
+)
+def pause_endpoint(principal: Principal, endpoint_id: int, payload: PauseIn) -> Endpoint:
+    """Pause an endpoint until a time (``until``) or for a while (``for_ms``)."""
+    endpoint = scoped_endpoint(principal, endpoint_id)
+    now = timezone.now()
+    if (payload.until is None) == (payload.for_ms is None):
+        raise InvalidInput({"until": ["Give exactly one of until (a time) or for_ms."]})
+    until = payload.until or now + timedelta(milliseconds=payload.for_ms or 0)
+    scheduling.pause_endpoint(
+        endpoint, now=now, until=until, reason=payload.reason, user=principal.user
+    )
+    return endpoint
+
+
+@operation(
+    router,
+    "post",
+    "/endpoints/{endpoint_id}/resume",
+    name="resume_endpoint",
+    response=EndpointOut,
+    write=True,
+)
+def resume_endpoint(principal: Principal, endpoint_id: int) -> Endpoint:
+    """Resume a paused endpoint; it is planned afresh."""
+    endpoint = scoped_endpoint(principal, endpoint_id)
+    scheduling.resume_endpoint(endpoint, now=timezone.now(), user=principal.user)
+    return endpoint
+
+
+@operation(
+    router,
+    "post",
+    "/endpoints/{endpoint_id}/run",
+    name="run_endpoint_now",
+    response=EndpointOut,
+    status=202,
+    write=True,
+    idempotent=True,
+)
+def run_endpoint_now(principal: Principal, endpoint_id: int) -> Endpoint:
+    """Run now: the endpoint becomes due at once and the scheduler runs it."""
+    endpoint = scoped_endpoint(principal, endpoint_id)
+    scheduling.run_now(endpoint, now=timezone.now(), user=principal.user)
+    return endpoint
+
+
+@operation(
+    router,
+    "post",
+    "/endpoints/{endpoint_id}/test",
+    name="test_endpoint",
+    response=RunDetail,
+    write=True,
+)
+def test_endpoint(principal: Principal, endpoint_id: int) -> Run:
+    """Call the endpoint once now and return the run; its schedule is untouched."""
+    return scheduling.test_endpoint(scoped_endpoint(principal, endpoint_id))
+
+
+@operation(
+    router,
+    "post",
+    "/endpoints/{endpoint_id}/hint",
+    name="set_hint",
+    response=EndpointOut,
+    write=True,
+)
+def set_hint(principal: Principal, endpoint_id: int, payload: HintIn) -> Endpoint:
+    """Set an interval hint (``interval_ms``) or a one-shot run (``next_run_at``) for ``ttl_ms``."""
+    endpoint = scoped_endpoint(principal, endpoint_id)
+    scheduling.apply_hint(
+        endpoint,
+        now=timezone.now(),
+        interval_ms=payload.interval_ms,
+        next_run_at=payload.next_run_at,
+        ttl=timedelta(milliseconds=payload.ttl_ms),
+        reason=payload.reason,
+        user=principal.user,
+    )
+    return endpoint
+
+
+@operation(
+    router,
+    "post",
+    "/endpoints/{endpoint_id}/clear-hints",
+    name="clear_hints",
+    response=EndpointOut,
+    write=True,
+)
+def clear_hints(principal: Principal, endpoint_id: int, payload: ReasonIn) -> Endpoint:
+    """Drop the endpoint's hints; it runs on its baseline again."""
+    endpoint = scoped_endpoint(principal, endpoint_id)
+    scheduling.clear_hints(endpoint, now=timezone.now(), reason=payload.reason, user=principal.user)
+    return endpoint
+
+
+@operation(
+    router,
+    "post",
+    "/endpoints/{endpoint_id}/reset-failures",
+    name="reset_failures",
+    response=EndpointOut,
+    write=True,
+)
+def reset_failures(principal: Principal, endpoint_id: int) -> Endpoint:
+    """Forget the failure streak (and its backoff)."""
+    endpoint = scoped_endpoint(principal, endpoint_id)
+    scheduling.reset_failures(endpoint, now=timezone.now(), user=principal.user)
+    return endpoint

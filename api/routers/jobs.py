@@ -1,0 +1,94 @@
+"""Jobs: list, create, get, update, delete, pause, resume."""
+
+from __future__ import annotations
+
+from django.utils import timezone
+from ninja import Router
+
+from api.auth import Principal, get_scoped
+from api.errors import InvalidInput
+from api.forms import validated_job
+from api.operations import operation
+from api.pagination import DEFAULT_LIMIT, Page, keyset_page
+from api.schemas import JobIn, JobOut, JobPage, JobPatch, Message
+from endpoints import scheduling
+from endpoints.models import Job, Tenant
+
+router = Router(tags=["jobs"])
+
+
+def scoped_job(principal: Principal, job_id: int) -> Job:
+    return get_scoped(principal, Job.objects.all(), "tenant", job_id)
+
+
+@operation(router, "get", "/jobs", name="list_jobs", response=JobPage)
+def list_jobs(principal: Principal, cursor: str | None = None, limit: int = DEFAULT_LIMIT) -> Page:
+    """List jobs, oldest first."""
+    jobs = principal.scope(Job.objects.all(), "tenant")
+    return keyset_page(jobs, key="id", cursor=cursor, limit=limit, descending=False)
+
+
+@operation(
+    router,
+    "post",
+    "/jobs",
+    name="create_job",
+    response=JobOut,
+    status=201,
+    write=True,
+    idempotent=True,
+)
+def create_job(principal: Principal, payload: JobIn) -> Job:
+    """Create a job (a group of endpoints that can be paused together)."""
+    values = payload.dict(exclude={"tenant_id"})
+    if payload.tenant_id is None:
+        values["tenant"] = _only_tenant(principal)
+    else:
+        values["tenant"] = get_scoped(principal, Tenant.objects.all(), "pk", payload.tenant_id).pk
+    job = validated_job(principal, Job(), values)
+    job.save()
+    return job
+
+
+def _only_tenant(principal: Principal) -> int | None:
+    if principal.tenant_ids is not None and len(principal.tenant_ids) == 1:
+        return principal.tenant_ids[0]
+    raise InvalidInput({"tenant_id": ["You belong to several tenants; say which one."]})
+
+
+@operation(router, "get", "/jobs/{job_id}", name="get_job", response=JobOut)
+def get_job(principal: Principal, job_id: int) -> Job:
+    """Get a job."""
+    return scoped_job(principal, job_id)
+
+
+@operation(router, "patch", "/jobs/{job_id}", name="update_job", response=JobOut, write=True)
+def update_job(principal: Principal, job_id: int, payload: JobPatch) -> Job:
+    """Change a job's name, description or concurrency limit (only the fields given)."""
+    job = validated_job(principal, scoped_job(principal, job_id), payload.dict(exclude_unset=True))
+    job.save(update_fields=["name", "description", "max_concurrent", "updated_at"])
+    return job
+
+
+@operation(router, "delete", "/jobs/{job_id}", name="delete_job", response=Message, write=True)
+def delete_job(principal: Principal, job_id: int) -> Message:
+    """Delete a job with its endpoints and their runs (archive endpoints to keep history)."""
+    job = scoped_job(principal, job_id)
+    job.delete()
+    return Message(detail=f"Job {job.name} deleted.")
+
+
+@operation(router, "post", "/jobs/{job_id}/pause", name="pause_job", response=JobOut, write=True)
+def pause_job(principal: Principal, job_id: int) -> Job:
+    """Pause a job: none of its endpoints is claimed until it is resumed."""
+    job = scoped_job(principal, job_id)
+    scheduling.pause_job(job, now=timezone.now(), user=principal.user)
+    return job
+
+
+@operation(router, "post", "/jobs/{job_id}/resume", name="resume_job", response=JobOut, write=True)
+def resume_job(principal: Principal, job_id: int) -> Job:
+    """Resume a paused job; its endpoints are planned afresh."""
+    job = scoped_job(principal, job_id)
+    scheduling.resume_job(job, now=timezone.now(), user=principal.user)
+    return job

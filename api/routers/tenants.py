@@ -1,0 +1,45 @@
+"""The caller's tenant(s): limits and usage this month."""
+
+from __future__ import annotations
+
+from django.db.models import Sum
+from django.utils import timezone
+from ninja import Router
+
+from api.auth import Principal, get_scoped, tenants_of
+from api.operations import operation
+from api.schemas import TenantOut
+from endpoints.models import Endpoint, Tenant
+from planner.models import AnalysisSession
+
+router = Router(tags=["tenant"])
+
+
+def _usage(tenant: Tenant) -> TenantOut:
+    now = timezone.now()
+    month_start = now.replace(day=1, hour=0, minute=0, second=0, microsecond=0)
+    tokens = AnalysisSession.objects.filter(
+        endpoint__job__tenant=tenant, started_at__gte=month_start
+    ).aggregate(total=Sum("total_tokens"))["total"]
+    return TenantOut(
+        id=tenant.pk,
+        name=tenant.name,
+        max_endpoints=tenant.max_endpoints,
+        endpoints_used=Endpoint.objects.live().filter(job__tenant=tenant).count(),
+        min_interval_ms=tenant.min_interval_ms,
+        monthly_token_budget=tenant.monthly_token_budget,
+        tokens_used_this_month=tokens or 0,
+        signs_requests=bool(tenant.hmac_secret),
+    )
+
+
+@operation(router, "get", "/tenants", name="list_tenants", response=list[TenantOut])
+def list_tenants(principal: Principal) -> list[TenantOut]:
+    """The caller's tenants (an API key has one) with their limits and usage."""
+    return [_usage(tenant) for tenant in tenants_of(principal)]
+
+
+@operation(router, "get", "/tenants/{tenant_id}", name="get_tenant", response=TenantOut)
+def get_tenant(principal: Principal, tenant_id: int) -> TenantOut:
+    """A tenant's limits (endpoints, shortest interval, token budget) and usage."""
+    return _usage(get_scoped(principal, Tenant.objects.all(), "pk", tenant_id))

@@ -1,0 +1,68 @@
+"""The OpenAPI document: valid, at a stable URL, every route in it one of the registered
+operations (which the access and MCP tests call one by one), docs that work offline."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pytest
+from openapi_spec_validator import validate
+
+from api.operations import OPERATIONS
+from endpoints.models import Tenant
+from tests.api_world import make_key
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest.fixture
+def http(live_server: Any, tenant: Tenant) -> Iterator[httpx.Client]:
+    headers = {"Authorization": f"Bearer {make_key(tenant)}"}
+    with httpx.Client(base_url=live_server.url, headers=headers, timeout=30) as client:
+        yield client
+
+
+def test_the_openapi_document_validates_and_lists_exactly_the_operations(
+    http: httpx.Client,
+) -> None:
+    response = http.get("/api/v1/openapi.json")
+    assert response.status_code == 200
+    document = response.json()
+    validate(document)
+    assert document["openapi"].startswith("3.")
+    routes = {
+        (method, path)
+        for path, item in document["paths"].items()
+        for method in item
+        if method in ("get", "post", "patch", "put", "delete")
+    }
+    registered = {(op.method, "/api/v1" + op.path) for op in OPERATIONS}
+    assert routes == registered
+    ids = {item[m]["operationId"] for item in document["paths"].values() for m in item}
+    assert ids == {op.name for op in OPERATIONS}
+    assert document["components"]["securitySchemes"]
+
+
+def test_every_write_documents_its_problems_as_problem_json(http: httpx.Client) -> None:
+    document = http.get("/api/v1/openapi.json").json()
+    for item in document["paths"].values():
+        for operation in item.values():
+            assert {"401", "403", "404", "422", "429"} <= set(operation["responses"])
+
+
+def test_the_docs_page_loads_its_scripts_from_this_server_not_a_cdn(
+    http: httpx.Client,
+) -> None:
+    page = http.get("/api/v1/docs")
+    assert page.status_code == 200
+    assert "swagger-ui-bundle.js" in page.text
+    assert "cdn" not in page.text.lower() and "https://" not in page.text
+
+
+def test_the_schema_and_docs_need_a_key_or_a_session_too(live_server: Any) -> None:
+    for path in ("/api/v1/openapi.json", "/api/v1/docs"):
+        response = httpx.get(live_server.url + path)
+        assert response.status_code == 401
+        assert response.headers["Content-Type"] == "application/problem+json"
