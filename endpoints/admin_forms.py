@@ -12,9 +12,9 @@ from typing import Any
 from django import forms
 from django.core.exceptions import ValidationError
 
-from endpoints.executor import MASK, mask_headers
 from endpoints.models import Endpoint, HttpMethod, Job, Tenant
 from endpoints.schedules import ScheduleError, format_interval, parse_interval
+from endpoints.secrets import MASK, mask_headers, redact_url, replace_url_password, url_password
 
 SCHEDULE_FIELDS = frozenset(
     {"baseline_cron", "timezone", "baseline_interval_ms", "min_interval_ms", "max_interval_ms"}
@@ -114,6 +114,8 @@ class EndpointAdminForm(forms.ModelForm):
             "timezone": "IANA name the cron is read in, e.g. Europe/Berlin.",
             "headers": 'A JSON object, e.g. {"Authorization": "Bearer …"}. Secret values '
             "show as a mask: leave the mask to keep the stored value.",
+            "url": "http:// or https:// URL. A password in it (https://user:pw@host) is a "
+            "secret: it shows as a mask; leave the mask to keep it.",
         }
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -125,6 +127,21 @@ class EndpointAdminForm(forms.ModelForm):
             self.initial["headers"] = mask_headers(
                 self.instance.headers, tuple(self.instance.secret_header_names or ())
             )
+        if self.instance.pk and isinstance(self.instance.url, str):
+            self.initial["url"] = redact_url(self.instance.url)
+
+    def clean_url(self) -> Any:
+        """A URL password shows as the mask: left untouched, the stored one is kept."""
+        url = self.cleaned_data.get("url")
+        if not isinstance(url, str) or url_password(url) != MASK:
+            return url
+        stored = url_password(self.instance.url or "") if self.instance.pk else ""
+        if not stored:
+            raise ValidationError(
+                f"The URL's password is the mask {MASK!r}, but no password is stored; "
+                "type the real one."
+            )
+        return replace_url_password(url, stored)
 
     def clean_headers(self) -> Any:
         """Put stored secrets back where the person left the mask untouched."""

@@ -9,7 +9,7 @@ The format (``export_config`` writes it, ``plan_import`` reads it)::
         max_endpoints: 100            # tenant settings: omit to leave them as they are
         min_interval: 1s
         monthly_token_budget: 500000
-        hmac_secret: ${ACME_HMAC}
+        hmac_secret: ${CRONICORN_SECRET_ACME_HMAC}
         jobs:
           - name: billing
             description: Nightly billing and its health checks.
@@ -18,7 +18,7 @@ The format (``export_config`` writes it, ``plan_import`` reads it)::
               - name: queue
                 url: https://billing.example.com/queue
                 method: GET
-                headers: {Authorization: "${BILLING_TOKEN}"}
+                headers: {Authorization: "${CRONICORN_SECRET_BILLING_TOKEN}"}
                 secret_headers: [Authorization]
                 body: {"probe": true}
                 timeout: 10s
@@ -32,11 +32,14 @@ Jobs and endpoints are declarative: a key left out takes its default, so the fil
 whole definition. Runtime state (next run, hints, pauses, failures, job status) is never
 touched. Durations accept ``90s``/``5m``/``1h30m``/``1d`` or plain milliseconds.
 
-Secrets: ``${NAME}`` in a header value or ``hmac_secret`` is replaced by the environment
-variable NAME (unset is an error). Export never writes a secret: every secret header
-(listed in ``secret_headers`` or named like a credential) and the HMAC secret are written
-as a ``${...}`` reference named after tenant, job, endpoint and header, which must be set
-in the environment when the file is imported again.
+Secrets: ``${CRONICORN_SECRET_NAME}`` in a header value, the URL or ``hmac_secret`` is
+replaced by that environment variable (unset is an error). Only names starting with
+``CRONICORN_SECRET_`` are read: any other ``${...}`` is refused, so a file cannot send
+the server's own settings (``DJANGO_SECRET_KEY``, the LLM key) to a URL of its choice.
+Export never writes a secret: every secret header (listed in ``secret_headers`` in any
+letter case, or named like a credential), a URL's password and the HMAC secret are
+written as a ``${CRONICORN_SECRET_...}`` reference named after tenant, job, endpoint and
+header, which must be set in the environment when the file is imported again.
 
 Import is all or nothing: every entry is checked (schema, then the model's ``full_clean``,
 the single home of the rules) before anything is written, every problem is reported with
@@ -58,10 +61,16 @@ from django.contrib.auth import get_user_model
 from django.core.exceptions import NON_FIELD_ERRORS, ValidationError
 from django.db import IntegrityError, models, transaction
 
-from endpoints.executor import MASK, looks_secret
 from endpoints.models import MIN_INTERVAL_MS, Endpoint, HttpMethod, Job, Tenant
 from endpoints.schedules import ScheduleError, format_interval, parse_interval
 from endpoints.scheduling import archive_endpoint, recompute_next_run
+from endpoints.secrets import (
+    MASK,
+    SECRET_REFERENCE_PREFIX,
+    is_secret_header,
+    replace_url_password,
+    url_password,
+)
 
 FORMAT_VERSION = 1
 _REFERENCE = re.compile(r"\$\{([^}]*)\}")
@@ -338,13 +347,19 @@ class _Reader:
         return frozenset(failed)
 
     def resolve(self, value: Any, where: str) -> str:
-        """Replace each ``${NAME}`` in ``value`` by the environment variable NAME."""
+        """Replace each ``${CRONICORN_SECRET_NAME}`` in ``value`` by that environment
+        variable; a reference to any other variable is a problem, never read."""
         text = _text(value)
 
         def substitute(match: re.Match[str]) -> str:
             name = match.group(1)
-            if not _ENV_NAME.match(name):
-                self.add(where, f"${{{name}}} is not a valid reference; write ${{ENV_NAME}}")
+            if not _ENV_NAME.match(name) or not name.startswith(SECRET_REFERENCE_PREFIX):
+                self.add(
+                    where,
+                    f"${{{name}}} is not a secret reference: only environment variables "
+                    f"named {SECRET_REFERENCE_PREFIX}* are read; write "
+                    f"${{{SECRET_REFERENCE_PREFIX}NAME}} and export that variable",
+                )
                 return ""
             if name not in self.environ:
                 self.add(where, f"environment variable {name} is not set; export it first")
@@ -442,15 +457,18 @@ def _read_endpoint(
     values = reader.values(mapping, where, _ENDPOINT_KEYS)
     if "headers" in mapping:
         values["headers"] = _read_headers(reader, mapping["headers"], f"{where}.headers")
+    if isinstance(values.get("url"), str):
+        values["url"] = reader.resolve(values["url"], f"{where}.url")
     secret = set(values.get("secret_header_names", []))
-    unknown = secret - set(values.get("headers", {}))
+    given = {header.lower() for header in values.get("headers", {})}
+    unknown = {name for name in secret if name.lower() not in given}
     if unknown:
         reader.add(
             f"{where}.secret_headers",
             f"{', '.join(sorted(unknown))} not among the headers; list only headers you set",
         )
     for header, text in _raw_headers(mapping).items():
-        if _REFERENCE.search(text) and header not in secret and not looks_secret(header):
+        if _REFERENCE.search(text) and not is_secret_header(header, secret):
             reader.warnings.append(
                 f"{where}.headers.{header}: comes from the environment but is not listed in "
                 "secret_headers, so it is shown in the admin and written by export"
@@ -729,7 +747,7 @@ def _header_changes(
         before, after = old.get(header), new.get(header)
         if before == after:
             continue
-        hidden = header in secret or looks_secret(header)
+        hidden = is_secret_header(header, secret)
         changes.append(
             FieldChange(
                 f"headers.{header}",
@@ -869,14 +887,17 @@ def _export_endpoint(
         value = getattr(endpoint, spec.model_field)
         if not _same(spec.model_field, value, _default(Endpoint, spec.model_field)):
             entry[key] = spec.to_file(value)
-    secret = set(endpoint.secret_header_names)
+    secret = endpoint.secret_header_names
     if "headers" in entry:
         entry["headers"] = {
             header: _reference(references, tenant.name, job.name, endpoint.name, header)
-            if header in secret or looks_secret(header)
+            if is_secret_header(header, secret)
             else value
             for header, value in endpoint.headers.items()
         }
+    if url_password(endpoint.url):
+        password = _reference(references, tenant.name, job.name, endpoint.name, "URL_PASSWORD")
+        entry["url"] = replace_url_password(endpoint.url, password)
     return entry
 
 

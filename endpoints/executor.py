@@ -13,8 +13,9 @@ Guarantees (DESIGN.md, "HTTP executor"; Traps 10 and 11):
   checked, and the connection is made to a checked address (no second lookup to
   rebind). The check is aiohttp's resolver, so redirects and every new connection go
   through it; IP literals, which aiohttp connects to without a resolver, are checked
-  before each hop. Redirects are followed by hand, at most `max_redirects`, and headers
-  that look secret are not sent to another origin.
+  before each hop. Redirects are followed by hand, at most `max_redirects`, and secret
+  headers (declared in `secret_header_names` in any letter case, or named like a
+  credential: `endpoints.secrets`) are not sent to another origin.
 - **Never raises** for anything the remote side does: every problem becomes a failed or
   timed-out `HttpResult` whose `error` says what happened.
 
@@ -66,10 +67,10 @@ import httpx
 import yarl
 from aiohttp.helpers import is_ip_address
 
+from endpoints.secrets import is_secret_header, redact_url
+
 logger = logging.getLogger("cronicorn.executor")
 
-MASK = "••••"
-SECRET_HEADER_WORDS = ("authorization", "cookie", "token", "secret", "key", "password", "signature")
 REDIRECT_STATUSES = frozenset({301, 302, 303, 307, 308})
 ALLOW_HINT = "set CRONICORN_ALLOW_PRIVATE_ADDRESSES or CRONICORN_SSRF_ALLOWLIST to allow it"
 # The executor owns message framing; user-supplied copies would contradict what we send.
@@ -91,6 +92,8 @@ class HttpRequest:
     timeout_ms: int = 30_000  # total deadline: DNS + connect + headers + body
     max_response_size_kb: int = 100
     hmac_secret: str = ""  # when set, requests carry X-Cronicorn-Timestamp/-Signature
+    # Declared secret headers: with those that look secret, never sent to another origin.
+    secret_header_names: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -146,20 +149,6 @@ class ExecutorError(Exception):
 
 class BlockedAddressError(ExecutorError):
     """The SSRF guard refused an address before any connection was made."""
-
-
-def mask_headers(headers: Mapping[str, str], secret_names: Iterable[str] = ()) -> dict[str, str]:
-    """Copy of `headers` safe to log or display: secret values replaced by MASK."""
-    named = {name.lower() for name in secret_names}
-    return {
-        name: MASK if name.lower() in named or looks_secret(name) else value
-        for name, value in headers.items()
-    }
-
-
-def looks_secret(header_name: str) -> bool:
-    lowered = header_name.lower()
-    return any(word in lowered for word in SECRET_HEADER_WORDS)
 
 
 # --- SSRF guard ---
@@ -580,14 +569,14 @@ def _parse_url(raw: str, *, what: str) -> httpx.URL:
     try:
         url = httpx.URL(raw)
     except (httpx.InvalidURL, TypeError) as exc:
-        raise ExecutorError(f"invalid {what} {raw!r}: {exc}") from exc
+        raise ExecutorError(f"invalid {what} {redact_url(raw)!r}: {exc}") from exc
     if url.scheme not in ("http", "https"):
         raise ExecutorError(
-            f"unsupported {what} scheme {url.scheme!r} in {raw!r}: only http:// and https:// "
-            "URLs can be called"
+            f"unsupported {what} scheme {url.scheme!r} in {redact_url(raw)!r}: only http:// and "
+            "https:// URLs can be called"
         )
     if not url.host:
-        raise ExecutorError(f"{what} {raw!r} has no host")
+        raise ExecutorError(f"{what} {redact_url(raw)!r} has no host")
     return url
 
 
@@ -624,12 +613,14 @@ def _hop_headers(
     timestamp: str,
     foreign: bool,
 ) -> dict[str, str]:
-    """Headers for one hop. Secret-looking headers and the signature stay with the
-    original origin: a redirect must not hand credentials to another host."""
+    """Headers for one hop. Secret headers (declared or secret-looking) and the
+    signature stay with the original origin: a redirect must not hand credentials to
+    another host."""
+    secret = request.secret_header_names
     headers = {
         name: value
         for name, value in request.headers.items()
-        if name.lower() not in FRAMING_HEADERS and not (foreign and looks_secret(name))
+        if name.lower() not in FRAMING_HEADERS and not (foreign and is_secret_header(name, secret))
     }
     given = {name.lower() for name in headers}
     defaults = {

@@ -52,6 +52,7 @@ class ClaimedEndpoint:
     url: str
     method: str
     headers: dict[str, str]
+    secret_header_names: list[str]
     body: Any
     timeout_ms: int
     max_response_size_kb: int

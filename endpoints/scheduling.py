@@ -56,6 +56,7 @@ from endpoints.models import (
     Source,
 )
 from endpoints.schedules import describe_delta
+from endpoints.secrets import strip_userinfo
 
 logger = logging.getLogger("cronicorn.scheduler")
 
@@ -675,7 +676,7 @@ def _run_fields(endpoint: ClaimedEndpoint, claim: Claim, started: datetime) -> d
         "claim_token": claim.claim_token,
         "lease_expires_at": endpoint.locked_until,
         "request_method": endpoint.method,
-        "request_url": endpoint.url,
+        "request_url": strip_userinfo(endpoint.url),  # the password is a secret
         "attempt": 1,
         "response_truncated": False,
         "error": "",
@@ -706,6 +707,7 @@ def _request_for(endpoint: ClaimedEndpoint | Endpoint, hmac_secret: str) -> Http
         timeout_ms=endpoint.timeout_ms,
         max_response_size_kb=endpoint.max_response_size_kb,
         hmac_secret=hmac_secret,
+        secret_header_names=tuple(endpoint.secret_header_names or ()),
     )
 
 
@@ -998,7 +1000,7 @@ def test_endpoint(endpoint: Endpoint, *, now: datetime | None = None) -> Run:
         scheduled_for=started,
         started_at=started,
         request_method=endpoint.method,
-        request_url=endpoint.url,
+        request_url=strip_userinfo(endpoint.url),
     )
     result = perform_request(_request_for(endpoint, endpoint.job.tenant.hmac_secret))
     finished = started + timedelta(milliseconds=max(int(result.duration_ms), 0))

@@ -27,13 +27,12 @@ from pytest_httpserver import HTTPServer
 from werkzeug import Request, Response
 
 from endpoints.executor import (
-    MASK,
     HttpRequest,
     HttpResult,
     NetworkPolicy,
-    mask_headers,
     perform_request,
 )
+from endpoints.secrets import MASK, mask_headers
 
 ALLOW_PRIVATE = NetworkPolicy(allow_private=True)
 STRICT = NetworkPolicy(allow_private=False)

@@ -24,6 +24,7 @@ from django.db.models import Avg, Count, Q
 from endpoints.governor import SOURCE_WORDS
 from endpoints.models import Endpoint, RunStatus
 from endpoints.schedules import describe_interval, describe_schedule
+from endpoints.secrets import strip_userinfo
 from planner.models import AnalysisSession
 from planner.tools import (
     MAX_NEXT_ANALYSIS_MS,
@@ -268,7 +269,8 @@ def system_prompt(endpoint: Endpoint, now: datetime) -> str:
         "You are the planner of Cronicorn, an adaptive HTTP job scheduler. You analyse ONE "
         "endpoint and may adjust when it runs, only through the tools.",
         GOVERNOR_RULES,
-        f"Endpoint under analysis: {endpoint.ref} ({endpoint.method} {endpoint.url}).",
+        f"Endpoint under analysis: {endpoint.ref} "
+        f"({endpoint.method} {strip_userinfo(endpoint.url)}).",
         "The owner's instructions (primary): "
         + (endpoint.description.strip() or "(none given; use the response data)"),
         f"Job {job.name}: {job.description.strip() or '(no description)'}",

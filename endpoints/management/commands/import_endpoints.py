@@ -22,9 +22,9 @@ class Command(BaseCommand):
         "job and endpoint name; a job's or endpoint's omitted keys take their defaults, while "
         "runtime state (next run, hints, pauses, failures) is kept. All or nothing: any "
         "invalid entry means nothing is written and every problem is listed with its "
-        "location. ${NAME} in a header value or hmac_secret is read from the environment "
-        "variable NAME; exported files name secrets that way, so set those variables before "
-        "importing."
+        "location. ${CRONICORN_SECRET_NAME} in a header value, the URL or hmac_secret is "
+        "read from that environment variable (no other variable is ever read); exported "
+        "files name secrets that way, so set those variables before importing."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
