@@ -10,11 +10,13 @@ from datetime import datetime
 from typing import Any
 
 from django import forms
+from django.conf import settings
 from django.core.exceptions import ValidationError
 
 from endpoints.models import Endpoint, HttpMethod, Job, Tenant
 from endpoints.schedules import ScheduleError, format_interval, parse_interval
 from endpoints.secrets import MASK, mask_headers, redact_url, replace_url_password, url_password
+from endpoints.validation import json_text_depth_problem
 
 SCHEDULE_FIELDS = frozenset(
     {"baseline_cron", "timezone", "baseline_interval_ms", "min_interval_ms", "max_interval_ms"}
@@ -48,6 +50,26 @@ class IntervalField(forms.CharField):
             return self.to_python(data) != initial
         except ValidationError:
             return True
+
+
+class BoundedJSONField(forms.JSONField):
+    """Django's JSON form field, refusing text nested deeper than
+    ``CRONICORN_MAX_JSON_DEPTH`` before parsing it: Python's parser recurses, and a few
+    thousand brackets would end the request in a RecursionError."""
+
+    def to_python(self, value: Any) -> Any:
+        if isinstance(value, str) and (problem := self._depth_problem(value)):
+            raise ValidationError(f"This JSON {problem}.", code="invalid")
+        return super().to_python(value)
+
+    def bound_data(self, data: Any, initial: Any) -> Any:
+        if isinstance(data, str) and self._depth_problem(data):
+            return forms.fields.InvalidJSONInput(data)
+        return super().bound_data(data, initial)
+
+    @staticmethod
+    def _depth_problem(text: str) -> str:
+        return json_text_depth_problem(text, max_depth=settings.CRONICORN_MAX_JSON_DEPTH)
 
 
 class EndpointAdminForm(forms.ModelForm):
@@ -92,6 +114,11 @@ class EndpointAdminForm(forms.ModelForm):
             "max_interval_ms",
             "description",
         ]
+        field_classes = {
+            "headers": BoundedJSONField,
+            "secret_header_names": BoundedJSONField,
+            "body": BoundedJSONField,
+        }
         widgets = {
             "headers": forms.Textarea(attrs={"rows": 3, "cols": 70, "class": "cc-code"}),
             "secret_header_names": forms.Textarea(
