@@ -355,7 +355,7 @@ class EndpointAdmin(TenantScopedAdmin):
         else:
             obj.save()
         if not change or form.schedule_changed():
-            scheduling.recompute_next_run(obj, now=timezone.now())
+            scheduling.replan_after_edit(obj, now=timezone.now())
 
     # --- list columns -------------------------------------------------------------------
 

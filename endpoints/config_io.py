@@ -65,7 +65,7 @@ from yaml._yaml import CParser
 
 from endpoints.models import Endpoint, HttpMethod, Job, Tenant
 from endpoints.schedules import ScheduleError, format_interval, parse_interval
-from endpoints.scheduling import archive_endpoint, recompute_next_run
+from endpoints.scheduling import archive_endpoint, replan_after_edit
 from endpoints.secrets import (
     MASK,
     SECRET_REFERENCE_PREFIX,
@@ -879,7 +879,7 @@ def apply_plan(plan: ImportPlan, *, now: datetime) -> None:
             if write.members is not None:
                 instance.members.set(write.members)  # type: ignore[attr-defined]
             if write.reschedule:
-                recompute_next_run(instance, now=now)  # type: ignore[arg-type]
+                replan_after_edit(instance, now=now)  # type: ignore[arg-type]
         for endpoint in plan.prune:
             archive_endpoint(endpoint, now=now)
 

@@ -29,7 +29,7 @@ wildcard and stepped hours follow elapsed time, never doubled nor stalled (``*/1
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -110,6 +110,26 @@ class Decision:
 
 def plan_next_run(now: datetime, schedule: EndpointSchedule) -> Plan:
     return decide(now, schedule).plan
+
+
+def plan_after_edit(
+    now: datetime, last_run_at: datetime | None, schedule: EndpointSchedule
+) -> Plan:
+    """The next run after the schedule was edited, planned as a run is: start-to-start
+    from the last run's start (the new cadence, or the first cron slot after it, clamps
+    included), or ``now`` if that moment has passed, so an edit never postpones a due
+    run (trap 18). Without a past run it plans from ``now``. Hints count if they are
+    fresh now; a pause in force now wins."""
+    if last_run_at is None or last_run_at >= now:
+        return plan_next_run(now, schedule)
+    if not schedule.hints_fresh(now):
+        schedule = replace(
+            schedule, ai_hint_interval_ms=None, ai_hint_next_run_at=None, ai_hint_expires_at=None
+        )
+    plan = plan_next_run(last_run_at, replace(schedule, paused_until=None))
+    if schedule.paused_until is not None and schedule.paused_until > now:
+        return Plan(schedule.paused_until, PAUSED)
+    return Plan(max(plan.next_run_at, now), plan.source)
 
 
 def decide(now: datetime, schedule: EndpointSchedule) -> Decision:

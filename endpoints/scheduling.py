@@ -40,7 +40,7 @@ from endpoints.executor import (
     perform_request,
     submit_request,
 )
-from endpoints.governor import EndpointSchedule, Plan, plan_next_run
+from endpoints.governor import EndpointSchedule, Plan, plan_after_edit, plan_next_run
 from endpoints.hot_path import ClaimedEndpoint
 from endpoints.models import (
     Endpoint,
@@ -908,6 +908,16 @@ def prune_runs(*, now: datetime) -> int:
 def recompute_next_run(endpoint: Endpoint, *, now: datetime) -> Plan:
     """Plan through the governor now and store it (after creating or editing an endpoint)."""
     plan = plan_next_run(now, EndpointSchedule.from_endpoint(endpoint))
+    _store_plan(endpoint, plan)
+    return plan
+
+
+def replan_after_edit(endpoint: Endpoint, *, now: datetime) -> Plan:
+    """Plan and store the next run after the endpoint was created or its schedule edited
+    (interval, cron, time zone, min, max): start-to-start from its last run, or now if
+    that has passed (``governor.plan_after_edit``). Every interface that saves such an
+    edit calls this after ``Endpoint.save``."""
+    plan = plan_after_edit(now, endpoint.last_run_at, EndpointSchedule.from_endpoint(endpoint))
     _store_plan(endpoint, plan)
     return plan
 
