@@ -447,8 +447,10 @@ class Endpoint(models.Model):
         value = getattr(self, field)
         return value if isinstance(value, int) and not isinstance(value, bool) else None
 
-    def tenant_floor_ms(self) -> int:
-        """The tenant's shortest interval, once the endpoint has a job (saved or not)."""
+    @property
+    def tenant_min_interval_ms(self) -> int:
+        """The tenant's shortest interval, once the endpoint has a job (saved or not);
+        the governor clamps every plan to it."""
         if self.job_id is None and not Endpoint.job.is_cached(self):  # type: ignore[attr-defined]
             return MIN_INTERVAL_MS
         job = self.job
@@ -485,7 +487,7 @@ class Endpoint(models.Model):
                 "baseline_interval_ms",
                 f"The interval must be at least 1 s (1000 ms); got {interval} ms.",
             )
-        floor = self.tenant_floor_ms()
+        floor = self.tenant_min_interval_ms
         if interval is not None and MIN_INTERVAL_MS <= interval < floor:
             add(
                 "baseline_interval_ms",
@@ -494,7 +496,7 @@ class Endpoint(models.Model):
             )
 
     def _clean_cron_floor(self, add: Any) -> None:
-        floor = self.tenant_floor_ms()
+        floor = self.tenant_min_interval_ms
         if floor <= 60_000:
             return  # cron never fires more often than once a minute
         gap = shortest_cron_gap_ms(self.baseline_cron, self.timezone)
@@ -517,7 +519,7 @@ class Endpoint(models.Model):
                 f"The minimum interval ({low} ms) is above the maximum "
                 f"({high} ms); lower the minimum or raise the maximum.",
             )
-        floor = self.tenant_floor_ms()
+        floor = self.tenant_min_interval_ms
         if high is not None and 0 < high < floor:
             # Else the max would bring runs closer than the tenant's plan allows.
             add(

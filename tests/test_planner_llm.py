@@ -423,9 +423,12 @@ def test_a_body_that_orders_the_model_around_cannot_touch_another_endpoint_or_th
     assert "unknown argument(s) endpoint" in errors[2]
     assert "at most 24 hours" in errors[3]
     target.refresh_from_db()
-    assert target.ai_hint_interval_ms == 30_000
+    assert target.ai_hint_interval_ms == 1_000  # stored as asked; the governor clamps it
     assert target.paused_until is None
-    assert target.next_run_at == now + timedelta(seconds=30)
+    assert (target.next_run_at, target.next_run_source) == (
+        now + timedelta(seconds=30),
+        "clamped-min",
+    )
     for seconds in (0, 1, 59, 600):
         later = now + timedelta(seconds=seconds)
         planned = plan_next_run(later, EndpointSchedule.from_endpoint(target))
