@@ -68,6 +68,7 @@ import yarl
 from aiohttp.helpers import is_ip_address
 
 from endpoints.secrets import is_secret_header, redact_url
+from endpoints.validation import json_text_depth_problem
 
 logger = logging.getLogger("cronicorn.executor")
 
@@ -79,6 +80,8 @@ HEADER_NAME = re.compile(r"^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$")
 HEADER_VALUE_FORBIDDEN = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")
 
 RunStatus = Literal["success", "failure", "timeout"]
+# Response JSON nested deeper than this is kept as text.
+RESPONSE_JSON_MAX_DEPTH = 100
 # How long a blocked caller waits beyond a request's deadline before giving up on the loop.
 LOOP_GRACE_SECONDS = 10
 
@@ -568,7 +571,8 @@ async def _check_host(url: httpx.URL, policy: NetworkPolicy) -> None:
 def _parse_url(raw: str, *, what: str) -> httpx.URL:
     try:
         url = httpx.URL(raw)
-    except (httpx.InvalidURL, TypeError) as exc:
+        url.host  # noqa: B018 - decodes xn-- labels: a malformed one (IDNAError) raises here
+    except (httpx.InvalidURL, TypeError, UnicodeError) as exc:
         raise ExecutorError(f"invalid {what} {redact_url(raw)!r}: {exc}") from exc
     if url.scheme not in ("http", "https"):
         raise ExecutorError(
@@ -718,27 +722,39 @@ async def _read_chunk(content: aiohttp.StreamReader, progress: _Progress) -> byt
 
 
 def _decode_body(raw: bytes, content_type: str, truncated: bool) -> Any:
+    """The body as JSON when it parses, else as text; never raises, whatever the server
+    sends: an unknown or non-text charset falls back to UTF-8, and JSON nested deeper than
+    ``RESPONSE_JSON_MAX_DEPTH`` is kept as text (parsing it would recurse, and so would
+    every later use of it)."""
     if not raw:
         return None
-    text = raw.decode(_charset(content_type), errors="replace")
+    try:
+        text = raw.decode(_charset(content_type), errors="replace")
+    except (UnicodeError, LookupError, ValueError):  # e.g. the idna codec ignores "replace"
+        text = raw.decode("utf-8", errors="replace")
     if truncated:
         return text  # cut JSON would not parse; the text is still worth keeping
     if _is_json_type(content_type) or text.lstrip()[:1] in ("{", "["):
+        if json_text_depth_problem(text, max_depth=RESPONSE_JSON_MAX_DEPTH):
+            return text
         try:
             return json.loads(text)
-        except ValueError:
+        except (ValueError, RecursionError):
             return text
     return text
 
 
 def _charset(content_type: str) -> str:
+    """The declared charset when Python knows it as a text encoding, else UTF-8
+    (``charset=rot13`` or ``base64`` name codecs that are not text encodings)."""
     match = re.search(r"charset=\"?([\w.:-]+)", content_type, re.IGNORECASE)
     if match is None:
         return "utf-8"
     try:
-        return codecs.lookup(match.group(1)).name
+        info = codecs.lookup(match.group(1))
     except LookupError:
         return "utf-8"
+    return info.name if getattr(info, "_is_text_encoding", True) else "utf-8"
 
 
 def _is_json_type(content_type: str) -> bool:

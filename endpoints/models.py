@@ -11,6 +11,7 @@ from datetime import datetime
 from typing import Any
 from urllib.parse import urlsplit
 
+import httpx
 from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.db import models
@@ -46,6 +47,12 @@ def validate_endpoint_url(value: str) -> None:
         raise ValidationError(f"Enter a valid URL ({exc}).") from None
     if not parts.hostname or any(ch.isspace() for ch in value):
         raise ValidationError("Enter a valid URL, e.g. https://example.com/health.")
+    try:
+        httpx.URL(value).host  # noqa: B018 - the executor's parse: xn-- labels decoded
+    except (httpx.InvalidURL, UnicodeError) as exc:
+        raise ValidationError(
+            f"The host name is not valid ({exc}); check the xn-- or non-ASCII labels."
+        ) from None
 
 
 def _choices_check(
