@@ -57,6 +57,7 @@ from endpoints.models import (
 )
 from endpoints.schedules import describe_delta
 from endpoints.secrets import strip_userinfo
+from endpoints.validation import reason_problem
 
 logger = logging.getLogger("cronicorn.scheduler")
 
@@ -953,6 +954,12 @@ def _history(
     )
 
 
+def _refuse_bad_reason(reason: str) -> None:
+    # A reason is stored as given (hint history, pause reason): NUL would stop PostgreSQL.
+    if problem := reason_problem(reason):
+        raise OperationRefused(problem)
+
+
 def _refuse_archived(endpoint: Endpoint, action: str) -> None:
     if endpoint.archived_at is not None:
         raise OperationRefused(
@@ -1044,6 +1051,7 @@ def pause_endpoint(
     session: Any = None,
 ) -> HintHistory:
     """Pause until ``until`` (None resumes). The next run moves to the end of the pause."""
+    _refuse_bad_reason(reason)
     if until is None:
         return resume_endpoint(endpoint, now=now, reason=reason, user=user, session=session)
     if until <= now:
@@ -1069,6 +1077,7 @@ def pause_endpoint(
 def resume_endpoint(
     endpoint: Endpoint, *, now: datetime, reason: str = "", user: Any = None, session: Any = None
 ) -> HintHistory:
+    _refuse_bad_reason(reason)
     Endpoint.objects.filter(pk=endpoint.pk).update(paused_until=None, pause_reason="")
     endpoint.paused_until, endpoint.pause_reason = None, ""
     recompute_next_run(endpoint, now=now)
@@ -1092,6 +1101,7 @@ def apply_hint(
     run on, a tighter one or an earlier one-shot takes effect at once.
     """
     _validate_hint(interval_ms, next_run_at, ttl)
+    _refuse_bad_reason(reason)
     _refuse_archived(endpoint, "take hints")
     values: dict[str, Any] = {"ai_hint_expires_at": now + ttl, "ai_hint_reason": reason}
     if interval_ms is not None:
@@ -1130,6 +1140,7 @@ def clear_hints(
     endpoint: Endpoint, *, now: datetime, reason: str = "", user: Any = None, session: Any = None
 ) -> HintHistory:
     """Drop the active hints and plan from the baseline again (a pending one-shot is cancelled)."""
+    _refuse_bad_reason(reason)
     Endpoint.objects.filter(pk=endpoint.pk).update(**NO_HINT)
     for name, value in NO_HINT.items():
         setattr(endpoint, name, value)

@@ -189,6 +189,20 @@ def description_problem(value: Any) -> str:
     return unencodable_problem(value)
 
 
+MAX_REASON_CHARS = 1_000
+
+
+def reason_problem(value: Any) -> str:
+    """A reason for a pause or hint (a person's, a command's or the planner's)."""
+    if not isinstance(value, str):
+        return f"A reason must be text; got {_kind(value)}."
+    if len(value) > MAX_REASON_CHARS:
+        return f"Keep the reason under {MAX_REASON_CHARS} characters; it has {len(value)}."
+    if TEXT_FORBIDDEN.search(value) or unencodable_problem(value):
+        return "Remove the control characters (NUL and the like) from the reason."
+    return ""
+
+
 def headers_problem(headers: Any) -> str:
     example = 'e.g. {"X-Key": "v"}'
     if not isinstance(headers, dict):

@@ -256,6 +256,8 @@ def _check_range(where: str, prop: dict[str, Any], value: float) -> None:
 
 
 def _check_string(where: str, prop: dict[str, Any], value: str) -> None:
+    if "\x00" in value:  # PostgreSQL cannot store it: refused, not a failed session
+        raise ToolError(f"{where} must not contain NUL characters.")
     if len(value) < prop.get("minLength", 0):
         raise ToolError(f"{where} must not be empty.")
     if len(value) > prop.get("maxLength", len(value)):

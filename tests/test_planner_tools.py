@@ -332,3 +332,14 @@ def test_every_call_is_recorded_with_its_result_or_error(
     assert "at least 1000" in tools.calls[1]["error"]
     assert tools.submission is not None and tools.submission.confidence_score == 0.9
     json.dumps(tools.calls)  # stored as JSON on the session
+
+
+def test_a_tool_reason_with_nul_is_refused_not_fatal(
+    make_endpoint: Callable[..., Endpoint], tools_for: Any
+) -> None:
+    endpoint = make_endpoint()
+
+    result = tools_for(endpoint).call("clear_hints", {"reason": "a\x00b"})
+
+    assert "reason must not contain NUL characters" in result["error"]
+    assert not HintHistory.objects.exists()

@@ -386,3 +386,21 @@ def test_the_admin_form_refuses_json_nested_10_000_deep_with_a_message(job: Job)
     assert response.status_code == 200
     assert "This JSON is nested more than 32 levels deep" in response.content.decode()
     assert not Endpoint.objects.filter(name="deep").exists()
+
+
+def test_a_reason_with_nul_is_refused_by_every_operation(
+    make_endpoint: Callable[..., Endpoint],
+) -> None:
+    from datetime import timedelta
+
+    from endpoints.scheduling import OperationRefused, apply_hint, pause_endpoint
+
+    endpoint = make_endpoint()
+    now = timezone.now()
+
+    with pytest.raises(OperationRefused, match="control characters"):
+        pause_endpoint(endpoint, now=now, until=now + timedelta(hours=1), reason="x\x00")
+    with pytest.raises(OperationRefused, match="control characters"):
+        apply_hint(endpoint, now=now, interval_ms=60_000, ttl=timedelta(hours=1), reason="\x00")
+    endpoint.refresh_from_db()
+    assert endpoint.paused_until is None and endpoint.ai_hint_expires_at is None
