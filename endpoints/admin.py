@@ -494,7 +494,7 @@ class EndpointAdmin(TenantScopedAdmin):
         if name == "pause_until" and "apply" not in request.POST:
             return self._pause_until_step(request, queryset)
         operation = OPERATIONS[name]
-        endpoints = list(queryset.select_related("job"))
+        endpoints = list(queryset.select_related("job__tenant"))
         if operation.slow and len(endpoints) > LIST_TEST_CAP:
             self.message_user(
                 request,

@@ -1187,7 +1187,7 @@ def resume_job(job: Job, *, now: datetime, user: Any = None) -> None:
         raise OperationRefused(f"Job {job.name} is archived; archived jobs cannot be resumed.")
     Job.objects.filter(pk=job.pk).update(status=JobStatus.ACTIVE, updated_at=now)
     job.status = JobStatus.ACTIVE
-    for endpoint in Endpoint.objects.live().filter(job=job).select_related("job"):
+    for endpoint in Endpoint.objects.live().filter(job=job).select_related("job__tenant"):
         recompute_next_run(endpoint, now=now)
     _log(logging.INFO, f"job {job.pk} resumed by {user or 'system'}")
 
