@@ -735,13 +735,20 @@ def _decode_body(raw: bytes, content_type: str, truncated: bool) -> Any:
     if truncated:
         return text  # cut JSON would not parse; the text is still worth keeping
     if _is_json_type(content_type) or text.lstrip()[:1] in ("{", "["):
-        if json_text_depth_problem(text, max_depth=RESPONSE_JSON_MAX_DEPTH):
+        if _may_nest_deeper(text) and json_text_depth_problem(
+            text, max_depth=RESPONSE_JSON_MAX_DEPTH
+        ):
             return text
         try:
             return json.loads(text)
         except (ValueError, RecursionError):
             return text
     return text
+
+
+def _may_nest_deeper(text: str) -> bool:
+    # Counting runs at C speed; most bodies have too few brackets to need the scan.
+    return text.count("[") + text.count("{") > RESPONSE_JSON_MAX_DEPTH
 
 
 def _charset(content_type: str) -> str:
