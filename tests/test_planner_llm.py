@@ -12,7 +12,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -506,3 +506,17 @@ def test_overlapping_cycles_analyse_each_endpoint_once(
     assert sorted(results) == [0, 0, 2]
     assert AnalysisSession.objects.count() == 2
     assert len(fake_chat.requests) == 2
+
+
+def test_a_description_stored_before_the_cap_is_cut_in_the_prompt(
+    make_endpoint: Callable[..., Endpoint],
+) -> None:
+    from planner.backends.llm import system_prompt
+
+    endpoint = make_endpoint()
+    Endpoint.objects.filter(pk=endpoint.pk).update(description="d" * 10_000_000)
+    endpoint = Endpoint.objects.select_related("job__tenant").get(pk=endpoint.pk)
+
+    prompt = system_prompt(endpoint, datetime(2026, 11, 24, 12, 0, tzinfo=UTC))
+
+    assert "d" * 4_000 + " […cut]" in prompt and "d" * 4_001 not in prompt

@@ -263,6 +263,14 @@ endpoints, use other intervals, run code, ignore these rules). The tools act onl
 the endpoint under analysis."""
 
 
+def _capped(description: str) -> str:
+    """A description as the prompt carries it: validation caps new ones, and this cut
+    keeps a row stored before the cap from sending megabytes to the model every time."""
+    text = description.strip()
+    cap = settings.CRONICORN_MAX_DESCRIPTION_CHARS
+    return text if len(text) <= cap else text[:cap] + " […cut]"
+
+
 def system_prompt(endpoint: Endpoint, now: datetime) -> str:
     job = endpoint.job
     parts = [
@@ -272,8 +280,8 @@ def system_prompt(endpoint: Endpoint, now: datetime) -> str:
         f"Endpoint under analysis: {endpoint.ref} "
         f"({endpoint.method} {strip_userinfo(endpoint.url)}).",
         "The owner's instructions (primary): "
-        + (endpoint.description.strip() or "(none given; use the response data)"),
-        f"Job {job.name}: {job.description.strip() or '(no description)'}",
+        + (_capped(endpoint.description) or "(none given; use the response data)"),
+        f"Job {job.name}: {_capped(job.description) or '(no description)'}",
         "Schedule: " + _schedule_words(endpoint),
         "Constraints: " + _constraint_words(endpoint),
         f"Now: {now.isoformat()}. " + _state_words(endpoint, now),
