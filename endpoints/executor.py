@@ -68,14 +68,12 @@ import yarl
 from aiohttp.helpers import is_ip_address
 
 from endpoints.secrets import is_secret_header, redact_url
-from endpoints.validation import json_text_depth_problem
+from endpoints.validation import FRAMING_HEADERS, json_text_depth_problem
 
 logger = logging.getLogger("cronicorn.executor")
 
 REDIRECT_STATUSES = frozenset({301, 302, 303, 307, 308})
 ALLOW_HINT = "set CRONICORN_ALLOW_PRIVATE_ADDRESSES or CRONICORN_SSRF_ALLOWLIST to allow it"
-# The executor owns message framing; user-supplied copies would contradict what we send.
-FRAMING_HEADERS = frozenset({"host", "content-length", "transfer-encoding", "connection"})
 HEADER_NAME = re.compile(r"^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$")
 HEADER_VALUE_FORBIDDEN = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")
 

@@ -50,6 +50,9 @@ WHOLE_NUMBER_FIELDS = (
     "max_interval_ms",
 )
 LINE_FIELDS = ("name", "url", "method", "baseline_cron", "timezone")
+# The executor owns message framing; a copy given by a person would contradict what is
+# sent, so it is refused here rather than dropped silently at send time.
+FRAMING_HEADERS = frozenset({"host", "content-length", "transfer-encoding", "connection"})
 
 Problems = dict[str, list[str]]
 
@@ -215,6 +218,8 @@ def headers_problem(headers: Any) -> str:
             return message
         if name.lower() in seen:
             return f"Header {name!r} is given twice (names ignore letter case); keep one."
+        if name.lower() in FRAMING_HEADERS:
+            return f"Cronicorn sets {name!r} itself for each request; remove it."
         seen.add(name.lower())
         if not isinstance(value, str):
             return (

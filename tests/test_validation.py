@@ -404,3 +404,9 @@ def test_a_reason_with_nul_is_refused_by_every_operation(
         apply_hint(endpoint, now=now, interval_ms=60_000, ttl=timedelta(hours=1), reason="\x00")
     endpoint.refresh_from_db()
     assert endpoint.paused_until is None and endpoint.ai_hint_expires_at is None
+
+
+def test_a_framing_header_is_refused_rather_than_dropped_at_send_time(job: Job) -> None:
+    (message,) = refused(job, headers={"host": "internal.example.com"})["headers"]
+
+    assert message == "Cronicorn sets 'host' itself for each request; remove it."
