@@ -73,7 +73,7 @@ from endpoints.secrets import (
     replace_url_password,
     url_password,
 )
-from endpoints.validation import json_shape_problem, json_text_depth_problem
+from endpoints.validation import json_shape_problem, json_text_depth_problem, line_problem
 
 FORMAT_VERSION = 1
 _REFERENCE = re.compile(r"\$\{([^}]*)\}")
@@ -269,6 +269,8 @@ def _name(value: Any) -> str:
     text = _text(value).strip()
     if not text:
         raise _Invalid("a name cannot be empty")
+    if problem := line_problem(text):  # names are looked up before the models check them
+        raise _Invalid(problem)
     if "/" in text:
         raise _Invalid(f"{text!r}: names cannot contain '/' (it separates job/endpoint)")
     return text
@@ -299,6 +301,9 @@ def _method(value: Any) -> str:
 def _names(value: Any) -> list[str]:
     if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
         raise _Invalid(f"expected a list of names, got {_type_name(value)}")
+    for item in value:
+        if problem := line_problem(item):
+            raise _Invalid(f"{item[:40]!r}: {problem}")
     return sorted(set(value))
 
 

@@ -107,7 +107,7 @@ def check_endpoint_values(endpoint: Endpoint, exclude: Iterable[str] = ()) -> Pr
 def check_text_values(
     instance: Job | Tenant, exclude: Iterable[str] = (), *, in_refs: bool = False
 ) -> Problems:
-    """Names and descriptions of a job or tenant: one line, no controls, capped.
+    """Names, descriptions and a tenant's HMAC secret: no control characters, capped.
     ``in_refs``: the name appears in ``job/endpoint`` references, so it has no '/'."""
     skip = set(exclude)
     problems: Problems = {
@@ -123,6 +123,10 @@ def check_text_values(
     description = getattr(instance, "description", None)
     if "description" not in skip and (message := description_problem(description)):
         problems.setdefault("description", [message])
+    secret = getattr(instance, "hmac_secret", None)
+    if "hmac_secret" not in skip and (message := line_problem(secret)):
+        # The message never repeats the secret.
+        problems["hmac_secret"] = [message]
     return problems
 
 

@@ -227,6 +227,43 @@ def test_any_value_for_any_endpoint_key_in_a_file_is_a_located_problem_or_import
         imports_or_refuses(run, before)
 
 
+TENANT_KEYS = (
+    "name",
+    "members",
+    "max_endpoints",
+    "min_interval",
+    "monthly_token_budget",
+    "hmac_secret",
+)
+JOB_KEYS = ("name", "description", "max_concurrent")
+
+
+@PROPERTY
+@given(
+    tenant=st.dictionaries(st.sampled_from(TENANT_KEYS), hostile, max_size=3),
+    job=st.dictionaries(st.sampled_from(JOB_KEYS), hostile, max_size=3),
+)
+def test_any_value_for_any_tenant_or_job_key_is_a_located_problem_or_imported(
+    db: None, tenant: dict[str, Any], job: dict[str, Any]
+) -> None:
+    endpoint = {"name": "health", "url": "https://example.com/", "baseline_interval": "5m"}
+    document = {
+        "version": 1,
+        "tenants": [
+            {"name": "Acme", **tenant, "jobs": [{"name": "ops", **job, "endpoints": [endpoint]}]}
+        ],
+    }
+    before = database_state()
+
+    def run() -> None:
+        with transaction.atomic():
+            import_document(document, environ={}, now=timezone.now())
+            raise Rollback
+
+    with contextlib.suppress(Rollback):
+        imports_or_refuses(run, before)
+
+
 @PROPERTY
 @given(
     text=st.one_of(st.text(max_size=300), st.sampled_from(HOSTILE_TEXT)),
@@ -410,3 +447,23 @@ def test_a_framing_header_is_refused_rather_than_dropped_at_send_time(job: Job) 
     (message,) = refused(job, headers={"host": "internal.example.com"})["headers"]
 
     assert message == "Cronicorn sets 'host' itself for each request; remove it."
+
+
+def test_a_tenant_hmac_secret_with_nul_is_refused_without_repeating_it() -> None:
+    with pytest.raises(ValidationError) as error:
+        Tenant(name="Acme", hmac_secret="s3cret\x00").full_clean()
+
+    (message,) = error.value.message_dict["hmac_secret"]
+    assert "control characters" in message and "s3cret" not in message
+
+
+def test_a_member_or_tenant_name_with_nul_is_a_located_problem(job: Job) -> None:
+    document = {"version": 1, "tenants": [{"name": "Acme\x00", "members": ["al\x00ice"]}]}
+
+    with pytest.raises(ConfigError) as error:
+        import_document(document, environ={}, now=timezone.now())
+
+    assert {p.split(": ")[0] for p in error.value.problems} == {
+        "tenants[0].name",
+        "tenants[0].members",
+    }
