@@ -132,6 +132,7 @@ class _BoundedLoader(
         yaml.resolver.Resolver.__init__(self)  # type: ignore[no-untyped-call]
         self.aliases = 0
         self.depth = 0
+        self.max_depth = _max_depth()  # read once: settings are slow to read per node
 
     def compose_node(self, parent: Any, index: Any) -> Any:
         event: Any = self.peek_event()
@@ -144,9 +145,9 @@ class _BoundedLoader(
                 )
         self.depth += 1
         try:
-            if self.depth > _max_depth():
+            if self.depth > self.max_depth:
                 raise yaml.composer.ComposerError(
-                    None, None, f"nested more than {_max_depth()} levels deep; flatten it", mark
+                    None, None, f"nested more than {self.max_depth} levels deep; flatten it", mark
                 )
             return super().compose_node(parent, index)  # type: ignore[no-untyped-call]
         finally:
