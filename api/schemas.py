@@ -12,7 +12,7 @@ from typing import Any, Literal
 from ninja import Field, Schema
 from pydantic import ConfigDict
 
-from endpoints.executor import mask_headers
+from endpoints.secrets import mask_headers, redact_url
 
 EndpointStatusFilter = Literal["healthy", "failing", "paused", "hinted", "archived"]
 RunStatusFilter = Literal["running", "success", "failure", "timeout", "lost"]
@@ -139,6 +139,11 @@ class EndpointOut(Schema):
     def resolve_headers(endpoint: Any) -> dict[str, Any]:
         # Secret values never leave the server; a masked value sent back keeps the stored one.
         return mask_headers(endpoint.headers, tuple(endpoint.secret_header_names or ()))
+
+    @staticmethod
+    def resolve_url(endpoint: Any) -> str:
+        # A password in the URL is a secret too (the admin form masks it the same way).
+        return redact_url(endpoint.url)
 
 
 class EndpointDetail(EndpointOut):

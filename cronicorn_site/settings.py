@@ -243,6 +243,15 @@ CRONICORN_SSRF_ALLOWLIST = env_list("CRONICORN_SSRF_ALLOWLIST", [])
 CRONICORN_MAX_REDIRECTS = env_int("CRONICORN_MAX_REDIRECTS", 5, minimum=0)
 CRONICORN_USER_AGENT = env_str("CRONICORN_USER_AGENT", "Cronicorn-Django/0.1 (+scheduler)")
 
+# Input caps (endpoints/validation.py, endpoints/config_io.py): what a person or a file
+# may store, so a hostile value costs a message, not memory or an LLM bill.
+CRONICORN_MAX_HEADERS = env_int("CRONICORN_MAX_HEADERS", 50, minimum=1)
+CRONICORN_MAX_HEADER_VALUE_CHARS = env_int("CRONICORN_MAX_HEADER_VALUE_CHARS", 8_192, minimum=1)
+CRONICORN_MAX_BODY_BYTES = env_int("CRONICORN_MAX_BODY_BYTES", 65_536, minimum=1)
+CRONICORN_MAX_DESCRIPTION_CHARS = env_int("CRONICORN_MAX_DESCRIPTION_CHARS", 4_000, minimum=1)
+CRONICORN_MAX_JSON_DEPTH = env_int("CRONICORN_MAX_JSON_DEPTH", 32, minimum=2)
+CRONICORN_MAX_CONFIG_BYTES = env_int("CRONICORN_MAX_CONFIG_BYTES", 2_000_000, minimum=1_000)
+
 # Planner.
 CRONICORN_PLANNER_BACKEND = env_choice("CRONICORN_PLANNER_BACKEND", "rules", ("rules", "llm"))
 CRONICORN_PLANNER_SECONDS = env_int("CRONICORN_PLANNER_SECONDS", 60, minimum=1)

@@ -16,7 +16,7 @@ from django.contrib import admin, messages
 from django.contrib.admin import helpers
 from django.contrib.admin.utils import unquote
 from django.core.exceptions import PermissionDenied
-from django.db.models import Count, OuterRef, QuerySet, Subquery
+from django.db.models import Count, OuterRef, Q, QuerySet, Subquery
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseNotAllowed
 from django.shortcuts import redirect
 from django.template.response import TemplateResponse
@@ -54,6 +54,7 @@ from endpoints.charts import Bar, chart_legend, duration_chart
 from endpoints.governor import EndpointSchedule, explain_plan
 from endpoints.models import Endpoint, HintHistory, Job, Run, Tenant
 from endpoints.schedules import describe_schedule, format_interval
+from endpoints.secrets import USERINFO_REGEX
 from planner.models import AnalysisSession
 
 admin.site.site_header = "Cronicorn"
@@ -66,7 +67,20 @@ RECENT_SESSIONS = 5
 LIST_TEST_CAP = 10
 
 
-class TenantScopedAdmin(admin.ModelAdmin):
+# Fields holding secrets (header values, a URL's password, the HMAC secret). A lookup on
+# one (``?headers__X-Partner__startswith=a``) would let a person read a masked value back
+# one character at a time, so the changelist refuses it, however it is spelled.
+SECRET_FIELDS = frozenset({"headers", "url", "hmac_secret"})
+
+
+class NoSecretLookups(admin.ModelAdmin):
+    def lookup_allowed(self, lookup: str, value: str, request: HttpRequest | None = None) -> bool:
+        if SECRET_FIELDS.intersection(lookup.split("__")):
+            return False
+        return super().lookup_allowed(lookup, value, request)
+
+
+class TenantScopedAdmin(NoSecretLookups):
     """Rows reachable only through the user's tenants; ``tenant_path`` leads to the tenant."""
 
     tenant_path: ClassVar[str]
@@ -114,7 +128,7 @@ class RecordAdmin(TenantScopedAdmin):
 
 
 @admin.register(Tenant)
-class TenantAdmin(admin.ModelAdmin):
+class TenantAdmin(NoSecretLookups):
     """Superusers only: members and quotas."""
 
     form = TenantAdminForm
@@ -310,6 +324,18 @@ class EndpointAdmin(TenantScopedAdmin):
             .annotate(last_run_status=Subquery(last_run.values("status")[:1]))
         )
 
+    def get_search_results(
+        self, request: HttpRequest, queryset: QuerySet[Any], search_term: str
+    ) -> tuple[QuerySet[Any], bool]:
+        """Search names and URLs, but never match inside a URL's ``user:password@``: a
+        URL with userinfo is found by its name only (else a search probes the password)."""
+        found, duplicates = super().get_search_results(request, queryset, search_term)
+        if search_term.strip():
+            by_url = Q(url__icontains=search_term.strip()) & Q(url__regex=USERINFO_REGEX)
+            by_name = Q(name__icontains=search_term.strip())
+            found = found.exclude(by_url & ~by_name)
+        return found, duplicates
+
     def get_fieldsets(self, request: HttpRequest, obj: Any = None) -> Any:
         # The state comes first on a change page: it is what a person opens it for.
         return (self.state_fieldset, *self.fieldsets) if obj else self.fieldsets
@@ -465,7 +491,7 @@ class EndpointAdmin(TenantScopedAdmin):
         if name == "pause_until" and "apply" not in request.POST:
             return self._pause_until_step(request, queryset)
         operation = OPERATIONS[name]
-        endpoints = list(queryset.select_related("job"))
+        endpoints = list(queryset.select_related("job__tenant"))
         if operation.slow and len(endpoints) > LIST_TEST_CAP:
             self.message_user(
                 request,

@@ -10,11 +10,13 @@ from datetime import datetime
 from typing import Any
 
 from django import forms
+from django.conf import settings
 from django.core.exceptions import ValidationError
 
-from endpoints.executor import MASK, mask_headers
 from endpoints.models import Endpoint, HttpMethod, Job, Tenant
 from endpoints.schedules import ScheduleError, format_interval, parse_interval
+from endpoints.secrets import MASK, mask_headers, redact_url, replace_url_password, url_password
+from endpoints.validation import json_text_depth_problem
 
 SCHEDULE_FIELDS = frozenset(
     {"baseline_cron", "timezone", "baseline_interval_ms", "min_interval_ms", "max_interval_ms"}
@@ -48,6 +50,26 @@ class IntervalField(forms.CharField):
             return self.to_python(data) != initial
         except ValidationError:
             return True
+
+
+class BoundedJSONField(forms.JSONField):
+    """Django's JSON form field, refusing text nested deeper than
+    ``CRONICORN_MAX_JSON_DEPTH`` before parsing it: Python's parser recurses, and a few
+    thousand brackets would end the request in a RecursionError."""
+
+    def to_python(self, value: Any) -> Any:
+        if isinstance(value, str) and (problem := self._depth_problem(value)):
+            raise ValidationError(f"This JSON {problem}.", code="invalid")
+        return super().to_python(value)
+
+    def bound_data(self, data: Any, initial: Any) -> Any:
+        if isinstance(data, str) and self._depth_problem(data):
+            return forms.fields.InvalidJSONInput(data)
+        return super().bound_data(data, initial)
+
+    @staticmethod
+    def _depth_problem(text: str) -> str:
+        return json_text_depth_problem(text, max_depth=settings.CRONICORN_MAX_JSON_DEPTH)
 
 
 class EndpointAdminForm(forms.ModelForm):
@@ -92,6 +114,11 @@ class EndpointAdminForm(forms.ModelForm):
             "max_interval_ms",
             "description",
         ]
+        field_classes = {
+            "headers": BoundedJSONField,
+            "secret_header_names": BoundedJSONField,
+            "body": BoundedJSONField,
+        }
         widgets = {
             "headers": forms.Textarea(attrs={"rows": 3, "cols": 70, "class": "cc-code"}),
             "secret_header_names": forms.Textarea(
@@ -114,6 +141,8 @@ class EndpointAdminForm(forms.ModelForm):
             "timezone": "IANA name the cron is read in, e.g. Europe/Berlin.",
             "headers": 'A JSON object, e.g. {"Authorization": "Bearer …"}. Secret values '
             "show as a mask: leave the mask to keep the stored value.",
+            "url": "http:// or https:// URL. A password in it (https://user:pw@host) is a "
+            "secret: it shows as a mask; leave the mask to keep it.",
         }
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -125,6 +154,21 @@ class EndpointAdminForm(forms.ModelForm):
             self.initial["headers"] = mask_headers(
                 self.instance.headers, tuple(self.instance.secret_header_names or ())
             )
+        if self.instance.pk and isinstance(self.instance.url, str):
+            self.initial["url"] = redact_url(self.instance.url)
+
+    def clean_url(self) -> Any:
+        """A URL password shows as the mask: left untouched, the stored one is kept."""
+        url = self.cleaned_data.get("url")
+        if not isinstance(url, str) or url_password(url) != MASK:
+            return url
+        stored = url_password(self.instance.url or "") if self.instance.pk else ""
+        if not stored:
+            raise ValidationError(
+                f"The URL's password is the mask {MASK!r}, but no password is stored; "
+                "type the real one."
+            )
+        return replace_url_password(url, stored)
 
     def clean_headers(self) -> Any:
         """Put stored secrets back where the person left the mask untouched."""

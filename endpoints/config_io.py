@@ -9,7 +9,7 @@ The format (``export_config`` writes it, ``plan_import`` reads it)::
         max_endpoints: 100            # tenant settings: omit to leave them as they are
         min_interval: 1s
         monthly_token_budget: 500000
-        hmac_secret: ${ACME_HMAC}
+        hmac_secret: ${CRONICORN_SECRET_ACME_HMAC}
         jobs:
           - name: billing
             description: Nightly billing and its health checks.
@@ -18,7 +18,7 @@ The format (``export_config`` writes it, ``plan_import`` reads it)::
               - name: queue
                 url: https://billing.example.com/queue
                 method: GET
-                headers: {Authorization: "${BILLING_TOKEN}"}
+                headers: {Authorization: "${CRONICORN_SECRET_BILLING_TOKEN}"}
                 secret_headers: [Authorization]
                 body: {"probe": true}
                 timeout: 10s
@@ -32,11 +32,14 @@ Jobs and endpoints are declarative: a key left out takes its default, so the fil
 whole definition. Runtime state (next run, hints, pauses, failures, job status) is never
 touched. Durations accept ``90s``/``5m``/``1h30m``/``1d`` or plain milliseconds.
 
-Secrets: ``${NAME}`` in a header value or ``hmac_secret`` is replaced by the environment
-variable NAME (unset is an error). Export never writes a secret: every secret header
-(listed in ``secret_headers`` or named like a credential) and the HMAC secret are written
-as a ``${...}`` reference named after tenant, job, endpoint and header, which must be set
-in the environment when the file is imported again.
+Secrets: ``${CRONICORN_SECRET_NAME}`` in a header value, the URL or ``hmac_secret`` is
+replaced by that environment variable (unset is an error). Only names starting with
+``CRONICORN_SECRET_`` are read: any other ``${...}`` is refused, so a file cannot send
+the server's own settings (``DJANGO_SECRET_KEY``, the LLM key) to a URL of its choice.
+Export never writes a secret: every secret header (listed in ``secret_headers`` in any
+letter case, or named like a credential), a URL's password and the HMAC secret are
+written as a ``${CRONICORN_SECRET_...}`` reference named after tenant, job, endpoint and
+header, which must be set in the environment when the file is imported again.
 
 Import is all or nothing: every entry is checked (schema, then the model's ``full_clean``,
 the single home of the rules) before anything is written, every problem is reported with
@@ -48,20 +51,29 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Hashable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, cast
 
 import yaml
+from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core.exceptions import NON_FIELD_ERRORS, ValidationError
 from django.db import IntegrityError, models, transaction
+from yaml._yaml import CParser
 
-from endpoints.executor import MASK, looks_secret
-from endpoints.models import MIN_INTERVAL_MS, Endpoint, HttpMethod, Job, Tenant
+from endpoints.models import Endpoint, HttpMethod, Job, Tenant
 from endpoints.schedules import ScheduleError, format_interval, parse_interval
-from endpoints.scheduling import archive_endpoint, recompute_next_run
+from endpoints.scheduling import archive_endpoint, replan_after_edit
+from endpoints.secrets import (
+    MASK,
+    SECRET_REFERENCE_PREFIX,
+    is_secret_header,
+    replace_url_password,
+    url_password,
+)
+from endpoints.validation import json_shape_problem, json_text_depth_problem, line_problem
 
 FORMAT_VERSION = 1
 _REFERENCE = re.compile(r"\$\{([^}]*)\}")
@@ -79,13 +91,89 @@ class ConfigError(Exception):
 # --- Reading and writing documents ----------------------------------------------------
 
 
-class _UniqueKeyLoader(yaml.SafeLoader):
-    """PyYAML silently keeps the last of two equal keys; a config file must not."""
+# A file is untrusted: its size, nesting and alias expansion are bounded before its
+# content is read, so a hostile file costs a message, never the process's memory, time
+# or stack. A document nests ``FILE_NESTING`` levels above an endpoint's body.
+FILE_NESTING = 16
+MAX_ALIASES = 100
+MAX_FILE_VALUES = 500_000
+MERGE_TAG = "tag:yaml.org,2002:merge"
+# Keys one mapping may gather through merge keys (<<): plenty for shared defaults.
+MAX_MERGED_KEYS = 10_000
+
+
+def _max_depth() -> int:
+    return settings.CRONICORN_MAX_JSON_DEPTH + FILE_NESTING
+
+
+class _BoundedLoader(
+    CParser,
+    yaml.composer.Composer,
+    yaml.constructor.SafeConstructor,
+    yaml.resolver.Resolver,
+):
+    """PyYAML's safe loading with limits: at most ``MAX_ALIASES`` aliases, nesting at most
+    ``_max_depth()`` (the composer recurses), merge keys that cannot multiply a mapping
+    (``<<: [*a, *a]`` nested doubles it each level), and no duplicate keys (PyYAML
+    silently keeps the last of two; a config file must not).
+
+    Events come from libyaml (C), several times faster than PyYAML's Python scanner; the
+    nodes are built by PyYAML's Python composer, where the limits can be kept (libyaml's
+    own composer, as in ``CSafeLoader``, offers no hook)."""
+
+    check_node = yaml.composer.Composer.check_node
+    get_node = yaml.composer.Composer.get_node
+    get_single_node = yaml.composer.Composer.get_single_node
+
+    def __init__(self, stream: str) -> None:
+        CParser.__init__(self, stream)
+        yaml.composer.Composer.__init__(self)  # type: ignore[no-untyped-call]
+        yaml.constructor.SafeConstructor.__init__(self)
+        yaml.resolver.Resolver.__init__(self)  # type: ignore[no-untyped-call]
+        self.aliases = 0
+        self.depth = 0
+        self.max_depth = _max_depth()  # read once: settings are slow to read per node
+
+    def compose_node(self, parent: Any, index: Any) -> Any:
+        event: Any = self.peek_event()
+        mark = event.start_mark
+        if isinstance(event, yaml.AliasEvent):
+            self.aliases += 1
+            if self.aliases > MAX_ALIASES:
+                raise yaml.composer.ComposerError(
+                    None, None, f"more than {MAX_ALIASES} aliases (*name); repeat the values", mark
+                )
+        self.depth += 1
+        try:
+            if self.depth > self.max_depth:
+                raise yaml.composer.ComposerError(
+                    None, None, f"nested more than {self.max_depth} levels deep; flatten it", mark
+                )
+            return super().compose_node(parent, index)  # type: ignore[no-untyped-call]
+        finally:
+            self.depth -= 1
+
+    def flatten_mapping(self, node: yaml.MappingNode) -> None:
+        written = len(node.value)
+        super().flatten_mapping(node)  # type: ignore[no-untyped-call]
+        if len(node.value) > max(written, MAX_MERGED_KEYS):
+            raise yaml.constructor.ConstructorError(
+                None, None, "merge keys (<<) expand this mapping too far", node.start_mark
+            )
 
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
         seen: set[Any] = set()
         for key_node, _ in node.value:
+            if key_node.tag == MERGE_TAG:
+                continue  # keys a merge brings in may be overridden here: that is the point
             key = self.construct_object(key_node, deep=deep)  # type: ignore[no-untyped-call]
+            if not isinstance(key, Hashable):
+                raise yaml.constructor.ConstructorError(
+                    None,
+                    None,
+                    "a key must be text, not a list, set or mapping",
+                    key_node.start_mark,
+                )
             if key in seen:
                 raise yaml.constructor.ConstructorError(
                     None, None, f"the key {key!r} appears twice", key_node.start_mark
@@ -95,30 +183,65 @@ class _UniqueKeyLoader(yaml.SafeLoader):
 
 
 def _unique_pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    keys = [key for key, _ in pairs]
-    for key in keys:
-        if keys.count(key) > 1:
-            raise ConfigError([f"(file): the key {key!r} appears twice in one object"])
-    return dict(pairs)
+    result = dict(pairs)
+    if len(result) != len(pairs):  # linear: 100 000 keys cost no more than reading them
+        raise ConfigError(
+            [f"(file): the key {_first_repeated(pairs)!r} appears twice in one object"]
+        )
+    return result
+
+
+def _first_repeated(pairs: list[tuple[str, Any]]) -> str:
+    seen: set[str] = set()
+    for key, _ in pairs:
+        if key in seen:
+            return key
+        seen.add(key)
+    return ""
 
 
 def load_document(text: str, *, fmt: str) -> Any:
-    """Parse ``text`` as ``json`` or ``yaml``; malformed input raises ConfigError."""
+    """Parse ``text`` as ``json`` or ``yaml``; malformed, oversized, too deeply nested or
+    too expansive input raises ConfigError with its location, never another exception."""
     if not text.strip():
         raise ConfigError(["(file): the file is empty; it needs a 'tenants' list"])
-    if fmt == "json":
-        try:
-            return json.loads(text, object_pairs_hook=_unique_pairs)
-        except json.JSONDecodeError as exc:
-            where = f"line {exc.lineno}, column {exc.colno}"
-            raise ConfigError([f"{where}: malformed JSON: {exc.msg}"]) from None
+    cap = settings.CRONICORN_MAX_CONFIG_BYTES
+    if len(text) > cap or len(text.encode("utf-8", "surrogatepass")) > cap:
+        raise ConfigError(
+            [f"(file): the file is larger than {cap} bytes (CRONICORN_MAX_CONFIG_BYTES); split it"]
+        )
+    document = _load_json(text) if fmt == "json" else _load_yaml(text)
+    if problem := json_shape_problem(
+        document, max_depth=_max_depth(), max_nodes=MAX_FILE_VALUES, json_scalars=False
+    ):
+        raise ConfigError([f"(file): the document {problem}"])
+    return document
+
+
+def _load_json(text: str) -> Any:
+    if problem := json_text_depth_problem(text, max_depth=_max_depth()):
+        raise ConfigError([f"(file): the document {problem}"])
     try:
-        return yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 (a SafeLoader subclass)
+        return json.loads(text, object_pairs_hook=_unique_pairs)
+    except json.JSONDecodeError as exc:
+        where = f"line {exc.lineno}, column {exc.colno}"
+        raise ConfigError([f"{where}: malformed JSON: {exc.msg}"]) from None
+    except (RecursionError, ValueError) as exc:  # belt and braces: the scan above bounds it
+        raise ConfigError([f"(file): malformed JSON: {exc}"]) from None
+
+
+def _load_yaml(text: str) -> Any:
+    try:
+        loader = _BoundedLoader(text)  # as yaml.safe_load does, with its limits
+        try:
+            return loader.get_single_data()
+        finally:
+            loader.dispose()
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else "(file)"
         raise ConfigError([f"{where}: malformed YAML: {exc.problem or exc}"]) from None
-    except yaml.YAMLError as exc:
+    except (yaml.YAMLError, RecursionError, ValueError) as exc:
         raise ConfigError([f"(file): malformed YAML: {exc}"]) from None
 
 
@@ -147,6 +270,8 @@ def _name(value: Any) -> str:
     text = _text(value).strip()
     if not text:
         raise _Invalid("a name cannot be empty")
+    if problem := line_problem(text):  # names are looked up before the models check them
+        raise _Invalid(problem)
     if "/" in text:
         raise _Invalid(f"{text!r}: names cannot contain '/' (it separates job/endpoint)")
     return text
@@ -177,17 +302,15 @@ def _method(value: Any) -> str:
 def _names(value: Any) -> list[str]:
     if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
         raise _Invalid(f"expected a list of names, got {_type_name(value)}")
+    for item in value:
+        if problem := line_problem(item):
+            raise _Invalid(f"{item[:40]!r}: {problem}")
     return sorted(set(value))
 
 
 def _json_value(value: Any) -> Any:
-    try:
-        json.dumps(value, allow_nan=False)
-    except (TypeError, ValueError):
-        raise _Invalid(
-            "must be plain JSON (objects, lists, text, numbers, true/false, null); "
-            "quote dates and times"
-        ) from None
+    if problem := json_shape_problem(value, max_depth=settings.CRONICORN_MAX_JSON_DEPTH):
+        raise _Invalid(problem)
     return value
 
 
@@ -338,13 +461,19 @@ class _Reader:
         return frozenset(failed)
 
     def resolve(self, value: Any, where: str) -> str:
-        """Replace each ``${NAME}`` in ``value`` by the environment variable NAME."""
+        """Replace each ``${CRONICORN_SECRET_NAME}`` in ``value`` by that environment
+        variable; a reference to any other variable is a problem, never read."""
         text = _text(value)
 
         def substitute(match: re.Match[str]) -> str:
             name = match.group(1)
-            if not _ENV_NAME.match(name):
-                self.add(where, f"${{{name}}} is not a valid reference; write ${{ENV_NAME}}")
+            if not _ENV_NAME.match(name) or not name.startswith(SECRET_REFERENCE_PREFIX):
+                self.add(
+                    where,
+                    f"${{{name}}} is not a secret reference: only environment variables "
+                    f"named {SECRET_REFERENCE_PREFIX}* are read; write "
+                    f"${{{SECRET_REFERENCE_PREFIX}NAME}} and export that variable",
+                )
                 return ""
             if name not in self.environ:
                 self.add(where, f"environment variable {name} is not set; export it first")
@@ -442,15 +571,18 @@ def _read_endpoint(
     values = reader.values(mapping, where, _ENDPOINT_KEYS)
     if "headers" in mapping:
         values["headers"] = _read_headers(reader, mapping["headers"], f"{where}.headers")
+    if isinstance(values.get("url"), str):
+        values["url"] = reader.resolve(values["url"], f"{where}.url")
     secret = set(values.get("secret_header_names", []))
-    unknown = secret - set(values.get("headers", {}))
+    given = {header.lower() for header in values.get("headers", {})}
+    unknown = {name for name in secret if name.lower() not in given}
     if unknown:
         reader.add(
             f"{where}.secret_headers",
             f"{', '.join(sorted(unknown))} not among the headers; list only headers you set",
         )
     for header, text in _raw_headers(mapping).items():
-        if _REFERENCE.search(text) and header not in secret and not looks_secret(header):
+        if _REFERENCE.search(text) and not is_secret_header(header, secret):
             reader.warnings.append(
                 f"{where}.headers.{header}: comes from the environment but is not listed in "
                 "secret_headers, so it is shown in the admin and written by export"
@@ -648,14 +780,6 @@ def _plan_endpoint(
         setattr(endpoint, model_field, value)
     endpoint.archived_at = None  # a declared endpoint is live, even if it was archived
     _validate(planner, endpoint, spec, _ENDPOINT_KEYS, exclude=["job"])
-    floor = job.tenant.min_interval_ms
-    interval = endpoint.baseline_interval_ms
-    if job.pk is None and interval is not None and MIN_INTERVAL_MS <= interval < floor:
-        # The model checks the tenant's floor only for saved jobs; a new job is checked here.
-        planner.problems.append(
-            f"{spec.where}.baseline_interval: this tenant's plan allows intervals of at "
-            f"least {floor} ms ({format_interval(floor)})"
-        )
     write = _record(planner, "endpoint", f"{job.name}/{spec.name}", endpoint, old, _ENDPOINT_KEYS)
     moved = set(write.update_fields) & (SCHEDULE_FIELDS | {"archived_at"})
     write.reschedule = write.change.action == "created" or bool(moved)
@@ -729,7 +853,7 @@ def _header_changes(
         before, after = old.get(header), new.get(header)
         if before == after:
             continue
-        hidden = header in secret or looks_secret(header)
+        hidden = is_secret_header(header, secret)
         changes.append(
             FieldChange(
                 f"headers.{header}",
@@ -761,7 +885,7 @@ def apply_plan(plan: ImportPlan, *, now: datetime) -> None:
             if write.members is not None:
                 instance.members.set(write.members)  # type: ignore[attr-defined]
             if write.reschedule:
-                recompute_next_run(instance, now=now)  # type: ignore[arg-type]
+                replan_after_edit(instance, now=now)  # type: ignore[arg-type]
         for endpoint in plan.prune:
             archive_endpoint(endpoint, now=now)
 
@@ -869,14 +993,17 @@ def _export_endpoint(
         value = getattr(endpoint, spec.model_field)
         if not _same(spec.model_field, value, _default(Endpoint, spec.model_field)):
             entry[key] = spec.to_file(value)
-    secret = set(endpoint.secret_header_names)
+    secret = endpoint.secret_header_names
     if "headers" in entry:
         entry["headers"] = {
             header: _reference(references, tenant.name, job.name, endpoint.name, header)
-            if header in secret or looks_secret(header)
+            if is_secret_header(header, secret)
             else value
             for header, value in endpoint.headers.items()
         }
+    if url_password(endpoint.url):
+        password = _reference(references, tenant.name, job.name, endpoint.name, "URL_PASSWORD")
+        entry["url"] = replace_url_password(endpoint.url, password)
     return entry
 
 

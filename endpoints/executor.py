@@ -13,8 +13,9 @@ Guarantees (DESIGN.md, "HTTP executor"; Traps 10 and 11):
   checked, and the connection is made to a checked address (no second lookup to
   rebind). The check is aiohttp's resolver, so redirects and every new connection go
   through it; IP literals, which aiohttp connects to without a resolver, are checked
-  before each hop. Redirects are followed by hand, at most `max_redirects`, and headers
-  that look secret are not sent to another origin.
+  before each hop. Redirects are followed by hand, at most `max_redirects`, and secret
+  headers (declared in `secret_header_names` in any letter case, or named like a
+  credential: `endpoints.secrets`) are not sent to another origin.
 - **Never raises** for anything the remote side does: every problem becomes a failed or
   timed-out `HttpResult` whose `error` says what happened.
 
@@ -66,18 +67,19 @@ import httpx
 import yarl
 from aiohttp.helpers import is_ip_address
 
+from endpoints.secrets import is_secret_header, redact_url
+from endpoints.validation import FRAMING_HEADERS, json_text_depth_problem
+
 logger = logging.getLogger("cronicorn.executor")
 
-MASK = "••••"
-SECRET_HEADER_WORDS = ("authorization", "cookie", "token", "secret", "key", "password", "signature")
 REDIRECT_STATUSES = frozenset({301, 302, 303, 307, 308})
 ALLOW_HINT = "set CRONICORN_ALLOW_PRIVATE_ADDRESSES or CRONICORN_SSRF_ALLOWLIST to allow it"
-# The executor owns message framing; user-supplied copies would contradict what we send.
-FRAMING_HEADERS = frozenset({"host", "content-length", "transfer-encoding", "connection"})
 HEADER_NAME = re.compile(r"^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$")
 HEADER_VALUE_FORBIDDEN = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")
 
 RunStatus = Literal["success", "failure", "timeout"]
+# Response JSON nested deeper than this is kept as text.
+RESPONSE_JSON_MAX_DEPTH = 100
 # How long a blocked caller waits beyond a request's deadline before giving up on the loop.
 LOOP_GRACE_SECONDS = 10
 
@@ -91,6 +93,8 @@ class HttpRequest:
     timeout_ms: int = 30_000  # total deadline: DNS + connect + headers + body
     max_response_size_kb: int = 100
     hmac_secret: str = ""  # when set, requests carry X-Cronicorn-Timestamp/-Signature
+    # Declared secret headers: with those that look secret, never sent to another origin.
+    secret_header_names: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -146,20 +150,6 @@ class ExecutorError(Exception):
 
 class BlockedAddressError(ExecutorError):
     """The SSRF guard refused an address before any connection was made."""
-
-
-def mask_headers(headers: Mapping[str, str], secret_names: Iterable[str] = ()) -> dict[str, str]:
-    """Copy of `headers` safe to log or display: secret values replaced by MASK."""
-    named = {name.lower() for name in secret_names}
-    return {
-        name: MASK if name.lower() in named or looks_secret(name) else value
-        for name, value in headers.items()
-    }
-
-
-def looks_secret(header_name: str) -> bool:
-    lowered = header_name.lower()
-    return any(word in lowered for word in SECRET_HEADER_WORDS)
 
 
 # --- SSRF guard ---
@@ -579,15 +569,16 @@ async def _check_host(url: httpx.URL, policy: NetworkPolicy) -> None:
 def _parse_url(raw: str, *, what: str) -> httpx.URL:
     try:
         url = httpx.URL(raw)
-    except (httpx.InvalidURL, TypeError) as exc:
-        raise ExecutorError(f"invalid {what} {raw!r}: {exc}") from exc
+        url.host  # noqa: B018 - decodes xn-- labels: a malformed one (IDNAError) raises here
+    except (httpx.InvalidURL, TypeError, UnicodeError) as exc:
+        raise ExecutorError(f"invalid {what} {redact_url(raw)!r}: {exc}") from exc
     if url.scheme not in ("http", "https"):
         raise ExecutorError(
-            f"unsupported {what} scheme {url.scheme!r} in {raw!r}: only http:// and https:// "
-            "URLs can be called"
+            f"unsupported {what} scheme {url.scheme!r} in {redact_url(raw)!r}: only http:// and "
+            "https:// URLs can be called"
         )
     if not url.host:
-        raise ExecutorError(f"{what} {raw!r} has no host")
+        raise ExecutorError(f"{what} {redact_url(raw)!r} has no host")
     return url
 
 
@@ -624,12 +615,14 @@ def _hop_headers(
     timestamp: str,
     foreign: bool,
 ) -> dict[str, str]:
-    """Headers for one hop. Secret-looking headers and the signature stay with the
-    original origin: a redirect must not hand credentials to another host."""
+    """Headers for one hop. Secret headers (declared or secret-looking) and the
+    signature stay with the original origin: a redirect must not hand credentials to
+    another host."""
+    secret = request.secret_header_names
     headers = {
         name: value
         for name, value in request.headers.items()
-        if name.lower() not in FRAMING_HEADERS and not (foreign and looks_secret(name))
+        if name.lower() not in FRAMING_HEADERS and not (foreign and is_secret_header(name, secret))
     }
     given = {name.lower() for name in headers}
     defaults = {
@@ -727,27 +720,46 @@ async def _read_chunk(content: aiohttp.StreamReader, progress: _Progress) -> byt
 
 
 def _decode_body(raw: bytes, content_type: str, truncated: bool) -> Any:
+    """The body as JSON when it parses, else as text; never raises, whatever the server
+    sends: an unknown or non-text charset falls back to UTF-8, and JSON nested deeper than
+    ``RESPONSE_JSON_MAX_DEPTH`` is kept as text (parsing it would recurse, and so would
+    every later use of it)."""
     if not raw:
         return None
-    text = raw.decode(_charset(content_type), errors="replace")
+    try:
+        text = raw.decode(_charset(content_type), errors="replace")
+    except (UnicodeError, LookupError, ValueError):  # e.g. the idna codec ignores "replace"
+        text = raw.decode("utf-8", errors="replace")
     if truncated:
         return text  # cut JSON would not parse; the text is still worth keeping
     if _is_json_type(content_type) or text.lstrip()[:1] in ("{", "["):
+        if _may_nest_deeper(text) and json_text_depth_problem(
+            text, max_depth=RESPONSE_JSON_MAX_DEPTH
+        ):
+            return text
         try:
             return json.loads(text)
-        except ValueError:
+        except (ValueError, RecursionError):
             return text
     return text
 
 
+def _may_nest_deeper(text: str) -> bool:
+    # Counting runs at C speed; most bodies have too few brackets to need the scan.
+    return text.count("[") + text.count("{") > RESPONSE_JSON_MAX_DEPTH
+
+
 def _charset(content_type: str) -> str:
+    """The declared charset when Python knows it as a text encoding, else UTF-8
+    (``charset=rot13`` or ``base64`` name codecs that are not text encodings)."""
     match = re.search(r"charset=\"?([\w.:-]+)", content_type, re.IGNORECASE)
     if match is None:
         return "utf-8"
     try:
-        return codecs.lookup(match.group(1)).name
+        info = codecs.lookup(match.group(1))
     except LookupError:
         return "utf-8"
+    return info.name if getattr(info, "_is_text_encoding", True) else "utf-8"
 
 
 def _is_json_type(content_type: str) -> bool:

@@ -15,7 +15,10 @@ dataclass whose fields are named like the Endpoint fields. The rules, in order:
 4. A one-shot in the past becomes ``now``.
 5. Clamp relative to ``now``: below ``now + min`` -> ``now + min`` (``clamped-min``); then
    above ``now + max`` -> ``now + max`` (``clamped-max``). Zero or empty means no bound,
-   so with min > max the max wins.
+   so with min > max the max wins. Last, the tenant's floor (its plan's shortest
+   interval): below ``now + floor`` -> ``now + floor`` (``clamped-min``); it wins over
+   everything but a pause, the endpoint's max included, so nothing (a hint, a bound)
+   gets an endpoint run more often than its tenant's plan allows.
 6. Pause wins: ``paused_until > now`` -> ``(paused_until, "paused")``.
 
 Cron across daylight saving time follows classic cron: a wall time skipped by the
@@ -29,7 +32,7 @@ wildcard and stepped hours follow elapsed time, never doubled nor stalled (``*/1
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -63,6 +66,7 @@ class EndpointSchedule:
     ai_hint_expires_at: datetime | None = None
     paused_until: datetime | None = None
     failure_count: int = 0
+    tenant_min_interval_ms: int | None = None
 
     @classmethod
     def from_endpoint(cls, endpoint: Any) -> EndpointSchedule:
@@ -77,6 +81,7 @@ class EndpointSchedule:
             ai_hint_expires_at=endpoint.ai_hint_expires_at,
             paused_until=endpoint.paused_until,
             failure_count=endpoint.failure_count or 0,
+            tenant_min_interval_ms=endpoint.tenant_min_interval_ms,
         )
 
     def hints_fresh(self, now: datetime) -> bool:
@@ -110,6 +115,26 @@ class Decision:
 
 def plan_next_run(now: datetime, schedule: EndpointSchedule) -> Plan:
     return decide(now, schedule).plan
+
+
+def plan_after_edit(
+    now: datetime, last_run_at: datetime | None, schedule: EndpointSchedule
+) -> Plan:
+    """The next run after the schedule was edited, planned as a run is: start-to-start
+    from the last run's start (the new cadence, or the first cron slot after it, clamps
+    included), or ``now`` if that moment has passed, so an edit never postpones a due
+    run (trap 18). Without a past run it plans from ``now``. Hints count if they are
+    fresh now; a pause in force now wins."""
+    if last_run_at is None or last_run_at >= now:
+        return plan_next_run(now, schedule)
+    if not schedule.hints_fresh(now):
+        schedule = replace(
+            schedule, ai_hint_interval_ms=None, ai_hint_next_run_at=None, ai_hint_expires_at=None
+        )
+    plan = plan_next_run(last_run_at, replace(schedule, paused_until=None))
+    if schedule.paused_until is not None and schedule.paused_until > now:
+        return Plan(schedule.paused_until, PAUSED)
+    return Plan(max(plan.next_run_at, now), plan.source)
 
 
 def decide(now: datetime, schedule: EndpointSchedule) -> Decision:
@@ -194,6 +219,10 @@ def _clamp(
         steps.append(
             f"lowered to the maximum interval ({format_interval(schedule.max_interval_ms)})"
         )
+    floor = schedule.tenant_min_interval_ms
+    if floor and at < now + _ms(floor):
+        at, source = now + _ms(floor), CLAMPED_MIN
+        steps.append(f"raised to the tenant's minimum interval ({format_interval(floor)})")
     return at, source
 
 

@@ -52,6 +52,7 @@ class ClaimedEndpoint:
     url: str
     method: str
     headers: dict[str, str]
+    secret_header_names: list[str]
     body: Any
     timeout_ms: int
     max_response_size_kb: int
@@ -71,12 +72,18 @@ class ClaimedEndpoint:
     failure_count: int
     job_status: str
     hmac_secret: str
+    tenant_min_interval_ms: int
 
     def is_paused(self, now: datetime) -> bool:
         return self.paused_until is not None and self.paused_until > now
 
 
-_JOINED = {"pk": "e.id", "job_status": "j.status", "hmac_secret": "t.hmac_secret"}
+_JOINED = {
+    "pk": "e.id",
+    "job_status": "j.status",
+    "hmac_secret": "t.hmac_secret",
+    "tenant_min_interval_ms": "t.min_interval_ms",
+}
 _COLUMNS = [f.name for f in fields(ClaimedEndpoint)]
 # Built from our own column names; values are always parameters.
 _SELECT = (

@@ -11,12 +11,20 @@ from datetime import datetime
 from typing import Any
 from urllib.parse import urlsplit
 
+import httpx
 from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.db import models
 from django.db.models import F, Q
 
-from endpoints.schedules import ScheduleError, normalize_cron, validate_timezone
+from endpoints import validation
+from endpoints.schedules import (
+    ScheduleError,
+    format_interval,
+    normalize_cron,
+    shortest_cron_gap_ms,
+    validate_timezone,
+)
 
 MIN_INTERVAL_MS = 1_000
 MIN_TIMEOUT_MS = 1_000
@@ -39,12 +47,39 @@ def validate_endpoint_url(value: str) -> None:
         raise ValidationError(f"Enter a valid URL ({exc}).") from None
     if not parts.hostname or any(ch.isspace() for ch in value):
         raise ValidationError("Enter a valid URL, e.g. https://example.com/health.")
+    try:
+        httpx.URL(value).host  # noqa: B018 - the executor's parse: xn-- labels decoded
+    except (httpx.InvalidURL, UnicodeError) as exc:
+        raise ValidationError(
+            f"The host name is not valid ({exc}); check the xn-- or non-ASCII labels."
+        ) from None
 
 
 def _choices_check(
     field: str, choices: type[models.TextChoices], name: str
 ) -> models.CheckConstraint:
     return models.CheckConstraint(condition=Q(**{f"{field}__in": choices.values}), name=name)
+
+
+def _clean_fields_checked(
+    instance: models.Model, exclude: Any, problems: validation.Problems
+) -> None:
+    """Django's field checks on what ``problems`` did not already refuse, then both.
+    The refused fields are remembered (``refused_fields``): ``clean()``, which
+    ``full_clean`` calls anyway, must not compare or query with their values."""
+    error = None
+    try:
+        models.Model.clean_fields(instance, exclude={*(exclude or ()), *problems})
+    except ValidationError as exc:
+        error = exc
+    merged = validation.merge_problems(error, problems)
+    instance._refused_fields = frozenset(merged.message_dict if merged else ())  # type: ignore[attr-defined]
+    if merged:
+        raise merged
+
+
+def refused_fields(instance: models.Model) -> frozenset[str]:
+    return getattr(instance, "_refused_fields", frozenset())
 
 
 class JobStatus(models.TextChoices):
@@ -127,8 +162,12 @@ class Tenant(models.Model):
     def __str__(self) -> str:
         return self.name
 
+    def clean_fields(self, exclude: Any = None) -> None:
+        _clean_fields_checked(self, exclude, validation.check_text_values(self, exclude or ()))
+
     def clean(self) -> None:
-        if self.min_interval_ms is not None and self.min_interval_ms < MIN_INTERVAL_MS:
+        floor = self.min_interval_ms
+        if isinstance(floor, int) and floor < MIN_INTERVAL_MS:
             raise ValidationError(
                 {"min_interval_ms": "The shortest interval allowed must be at least 1 s (1000 ms)."}
             )
@@ -164,8 +203,13 @@ class Job(models.Model):
     def __str__(self) -> str:
         return self.name
 
+    def clean_fields(self, exclude: Any = None) -> None:
+        problems = validation.check_text_values(self, exclude or (), in_refs=True)
+        _clean_fields_checked(self, exclude, problems)
+
     def clean(self) -> None:
-        if self.max_concurrent is not None and self.max_concurrent < 1:
+        limit = self.max_concurrent
+        if isinstance(limit, int) and limit < 1:
             raise ValidationError(
                 {
                     "max_concurrent": "Allow at least 1 run at a time (1 = one at a time), "
@@ -362,63 +406,42 @@ class Endpoint(models.Model):
     def ref(self) -> str:
         return f"{self.job.name}/{self.name}"
 
+    def clean_fields(self, exclude: Any = None) -> None:
+        """Shape and type first (``validation.check_endpoint_values``): a value of the
+        wrong kind is reported, and Django never converts or compares it."""
+        _clean_fields_checked(self, exclude, validation.check_endpoint_values(self, exclude or ()))
+
     def clean(self) -> None:
+        """Rules across fields. ``full_clean`` calls it even when a field failed, so each
+        comparison reads a field only if it holds a value of its type (``_number``)."""
         errors: dict[str, list[str]] = {}
 
         def add(field: str, message: str) -> None:
             errors.setdefault(field, []).append(message)
 
-        if not isinstance(self.headers, dict) or not all(
-            isinstance(k, str) and isinstance(v, str) for k, v in self.headers.items()
-        ):
-            add(
-                "headers",
-                'Headers must be an object of names to string values, e.g. {"X-Key": "v"}.',
-            )
-        if not isinstance(self.secret_header_names, list) or not all(
-            isinstance(n, str) for n in self.secret_header_names
-        ):
-            add(
-                "secret_header_names",
-                'Secret header names must be a list of strings, e.g. ["Authorization"].',
-            )
-        if self.timeout_ms is not None and not MIN_TIMEOUT_MS <= self.timeout_ms <= MAX_TIMEOUT_MS:
+        timeout = self._number("timeout_ms")
+        if timeout is not None and not MIN_TIMEOUT_MS <= timeout <= MAX_TIMEOUT_MS:
             add(
                 "timeout_ms",
                 f"Timeout must be between 1 s and 30 min "
-                f"({MIN_TIMEOUT_MS}..{MAX_TIMEOUT_MS} ms); got {self.timeout_ms}.",
+                f"({MIN_TIMEOUT_MS}..{MAX_TIMEOUT_MS} ms); got {timeout}.",
             )
-        if (
-            self.max_response_size_kb is not None
-            and not 1 <= self.max_response_size_kb <= MAX_RESPONSE_KB
-        ):
+        size = self._number("max_response_size_kb")
+        if size is not None and not 1 <= size <= MAX_RESPONSE_KB:
             add(
                 "max_response_size_kb",
-                f"Response size cap must be 1..{MAX_RESPONSE_KB} KB; "
-                f"got {self.max_response_size_kb}.",
+                f"Response size cap must be 1..{MAX_RESPONSE_KB} KB; got {size}.",
             )
         self._clean_schedule(add)
-        for field in ("min_interval_ms", "max_interval_ms"):
-            value = getattr(self, field)
-            if value is not None and value < 0:
-                add(field, "Bounds cannot be negative; leave empty (or 0) for no bound.")
-        if (
-            self.min_interval_ms
-            and self.max_interval_ms
-            and self.min_interval_ms > self.max_interval_ms
-        ):
-            add(
-                "min_interval_ms",
-                f"The minimum interval ({self.min_interval_ms} ms) is above the maximum "
-                f"({self.max_interval_ms} ms); lower the minimum or raise the maximum.",
-            )
-        if self.ai_hint_interval_ms is not None and self.ai_hint_interval_ms < MIN_INTERVAL_MS:
+        self._clean_bounds(add)
+        hint = self._number("ai_hint_interval_ms")
+        if hint is not None and hint < MIN_INTERVAL_MS:
             add("ai_hint_interval_ms", "A hinted interval must be at least 1 s (1000 ms).")
         if (
             self.ai_hint_interval_ms is not None or self.ai_hint_next_run_at
         ) and not self.ai_hint_expires_at:
             add("ai_hint_expires_at", "A hint needs an expiry time.")
-        if self._name_taken():
+        if "name" not in refused_fields(self) and self._name_taken():
             add(
                 "name",
                 f"Job {self.job.name!r} already has an endpoint named {self.name!r}; "
@@ -427,8 +450,23 @@ class Endpoint(models.Model):
         if errors:
             raise ValidationError(errors)
 
+    def _number(self, field: str) -> int | None:
+        value = getattr(self, field)
+        return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+    @property
+    def tenant_min_interval_ms(self) -> int:
+        """The tenant's shortest interval, once the endpoint has a job (saved or not);
+        the governor clamps every plan to it."""
+        if self.job_id is None and not Endpoint.job.is_cached(self):  # type: ignore[attr-defined]
+            return MIN_INTERVAL_MS
+        job = self.job
+        return job.tenant.min_interval_ms if job is not None else MIN_INTERVAL_MS
+
     def _clean_schedule(self, add: Any) -> None:
-        has_cron = bool(self.baseline_cron and self.baseline_cron.strip())
+        cron = self.baseline_cron if isinstance(self.baseline_cron, str) else ""
+        interval = self._number("baseline_interval_ms")
+        has_cron = bool(cron.strip())
         has_interval = self.baseline_interval_ms is not None
         if has_cron and has_interval:
             add("baseline_cron", "Give either a cron expression or an interval, not both.")
@@ -437,27 +475,65 @@ class Endpoint(models.Model):
                 "baseline_interval_ms",
                 "Give a schedule: a cron expression or an interval (e.g. 5m).",
             )
-        if has_cron:
-            try:
-                self.baseline_cron = normalize_cron(self.baseline_cron)
-            except ScheduleError as exc:
-                add("baseline_cron", str(exc))
+        zone_ok = False
         try:
-            validate_timezone(self.timezone)
+            validate_timezone(self.timezone if isinstance(self.timezone, str) else "")
+            zone_ok = True
         except ScheduleError as exc:
             add("timezone", str(exc))
-        if has_interval and self.baseline_interval_ms < MIN_INTERVAL_MS:  # type: ignore[operator]
+        if has_cron:
+            try:
+                self.baseline_cron = normalize_cron(cron)
+            except ScheduleError as exc:
+                add("baseline_cron", str(exc))
+            else:
+                if zone_ok:
+                    self._clean_cron_floor(add)
+        if interval is not None and interval < MIN_INTERVAL_MS:
             add(
                 "baseline_interval_ms",
-                f"The interval must be at least 1 s (1000 ms); got {self.baseline_interval_ms} ms.",
+                f"The interval must be at least 1 s (1000 ms); got {interval} ms.",
             )
-        if has_interval and self.job_id:
-            floor = self.job.tenant.min_interval_ms
-            if self.baseline_interval_ms < floor:  # type: ignore[operator]
-                add(
-                    "baseline_interval_ms",
-                    f"This tenant's plan allows intervals of at least {floor} ms.",
-                )
+        floor = self.tenant_min_interval_ms
+        if interval is not None and MIN_INTERVAL_MS <= interval < floor:
+            add(
+                "baseline_interval_ms",
+                f"This tenant's plan allows intervals of at least {floor} ms "
+                f"({format_interval(floor)}).",
+            )
+
+    def _clean_cron_floor(self, add: Any) -> None:
+        floor = self.tenant_min_interval_ms
+        if floor <= 60_000:
+            return  # cron never fires more often than once a minute
+        gap = shortest_cron_gap_ms(self.baseline_cron, self.timezone)
+        if gap < floor:
+            add(
+                "baseline_cron",
+                f"This cron fires {format_interval(gap)} apart at times, but this tenant's "
+                f"plan allows runs at least {format_interval(floor)} apart; choose a "
+                "sparser schedule.",
+            )
+
+    def _clean_bounds(self, add: Any) -> None:
+        low, high = self._number("min_interval_ms"), self._number("max_interval_ms")
+        for field, value in (("min_interval_ms", low), ("max_interval_ms", high)):
+            if value is not None and value < 0:
+                add(field, "Bounds cannot be negative; leave empty (or 0) for no bound.")
+        if low and high and low > high:
+            add(
+                "min_interval_ms",
+                f"The minimum interval ({low} ms) is above the maximum "
+                f"({high} ms); lower the minimum or raise the maximum.",
+            )
+        floor = self.tenant_min_interval_ms
+        if high is not None and 0 < high < floor:
+            # Else the max would bring runs closer than the tenant's plan allows.
+            add(
+                "max_interval_ms",
+                f"The maximum interval ({format_interval(high)}) is below this tenant's "
+                f"shortest interval ({format_interval(floor)}); raise it or leave it empty.",
+            )
 
     def _name_taken(self) -> bool:
         # Mirrors endpoints_endpoint_unique_name, blaming the field instead of the pair.

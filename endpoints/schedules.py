@@ -138,6 +138,29 @@ def next_cron_after(expr: str, tz_name: str, now: datetime) -> datetime:
     raise AssertionError("unreachable: a validated cron expression always fires again")
 
 
+CRON_GAP_SAMPLE = 1_000  # occurrences
+CRON_GAP_WINDOW = timedelta(days=366)
+
+
+def shortest_cron_gap_ms(expr: str, tz_name: str) -> int:
+    """The shortest time between two runs of ``expr`` in ``tz_name``, in ms, over a
+    sample of its runs (the first ``CRON_GAP_SAMPLE`` within a year of a fixed start,
+    so a pattern that crowds together on some days only is seen too). Cron never fires
+    more often than once a minute, so no cron is shorter than 60 s."""
+    zone, utc = ZoneInfo(tz_name), ZoneInfo("UTC")
+    start = datetime(2026, 1, 1, tzinfo=zone)
+    shortest = int(CRON_GAP_WINDOW.total_seconds() * 1000)
+    previous = None
+    for count, occurrence in enumerate(CronSim(normalize_cron(expr), start)):
+        at = occurrence.astimezone(utc)
+        if at - start > CRON_GAP_WINDOW or count >= CRON_GAP_SAMPLE:
+            break
+        if previous is not None and at > previous:
+            shortest = min(shortest, int((at - previous).total_seconds() * 1000))
+        previous = at
+    return shortest
+
+
 def describe_cron(expr: str, tz_name: str = "UTC") -> str:
     options = Options()
     options.use_24hour_time_format = True

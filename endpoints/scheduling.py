@@ -47,7 +47,7 @@ from endpoints.executor import (
     perform_request,
     submit_request,
 )
-from endpoints.governor import EndpointSchedule, Plan, plan_next_run
+from endpoints.governor import EndpointSchedule, Plan, plan_after_edit, plan_next_run
 from endpoints.hot_path import ClaimedEndpoint
 from endpoints.models import (
     Endpoint,
@@ -63,6 +63,8 @@ from endpoints.models import (
     Source,
 )
 from endpoints.schedules import describe_delta
+from endpoints.secrets import strip_userinfo
+from endpoints.validation import reason_problem
 
 logger = logging.getLogger("cronicorn.scheduler")
 
@@ -823,7 +825,7 @@ def _run_fields(endpoint: ClaimedEndpoint, claim: Claim, started: datetime) -> d
         "claim_token": claim.claim_token,
         "lease_expires_at": endpoint.locked_until,
         "request_method": endpoint.method,
-        "request_url": endpoint.url,
+        "request_url": strip_userinfo(endpoint.url),  # the password is a secret
         "attempt": 1,
         "response_truncated": False,
         "error": "",
@@ -855,6 +857,7 @@ def _request_for(endpoint: ClaimedEndpoint | Endpoint, hmac_secret: str) -> Http
         timeout_ms=endpoint.timeout_ms,
         max_response_size_kb=endpoint.max_response_size_kb,
         hmac_secret=hmac_secret,
+        secret_header_names=tuple(endpoint.secret_header_names or ()),
     )
 
 
@@ -1071,13 +1074,23 @@ def save_endpoint(
     """Save an endpoint its form validated (the admin, the API): a new one whole
     (``changed`` None), an existing one only in the fields the person changed, since
     the scheduler writes the state fields meanwhile. A new endpoint, or one whose
-    schedule changed, is planned through the governor."""
+    schedule changed, is planned as an edit (``replan_after_edit``)."""
     if changed is None:
         endpoint.save()
     elif changed:
         endpoint.save(update_fields=[*changed, "updated_at"])
     if changed is None or schedule_changed:
-        recompute_next_run(endpoint, now=now)
+        replan_after_edit(endpoint, now=now)
+
+
+def replan_after_edit(endpoint: Endpoint, *, now: datetime) -> Plan:
+    """Plan and store the next run after the endpoint was created or its schedule edited
+    (interval, cron, time zone, min, max): start-to-start from its last run, or now if
+    that has passed (``governor.plan_after_edit``). Every interface that saves such an
+    edit calls this after ``Endpoint.save``."""
+    plan = plan_after_edit(now, endpoint.last_run_at, EndpointSchedule.from_endpoint(endpoint))
+    _store_plan(endpoint, plan)
+    return plan
 
 
 def _store_plan(endpoint: Endpoint, plan: Plan) -> None:
@@ -1109,6 +1122,12 @@ def _history(
         session=session,
         **values,
     )
+
+
+def _refuse_bad_reason(reason: str) -> None:
+    # A reason is stored as given (hint history, pause reason): NUL would stop PostgreSQL.
+    if problem := reason_problem(reason):
+        raise OperationRefused(problem)
 
 
 def _refuse_archived(endpoint: Endpoint, action: str) -> None:
@@ -1168,7 +1187,7 @@ def test_endpoint(endpoint: Endpoint, *, now: datetime | None = None) -> Run:
         scheduled_for=started,
         started_at=started,
         request_method=endpoint.method,
-        request_url=endpoint.url,
+        request_url=strip_userinfo(endpoint.url),
     )
     result = perform_request(_request_for(endpoint, endpoint.job.tenant.hmac_secret))
     finished = started + timedelta(milliseconds=max(int(result.duration_ms), 0))
@@ -1202,6 +1221,7 @@ def pause_endpoint(
     session: Any = None,
 ) -> HintHistory:
     """Pause until ``until`` (None resumes). The next run moves to the end of the pause."""
+    _refuse_bad_reason(reason)
     if until is None:
         return resume_endpoint(endpoint, now=now, reason=reason, user=user, session=session)
     if until <= now:
@@ -1227,6 +1247,7 @@ def pause_endpoint(
 def resume_endpoint(
     endpoint: Endpoint, *, now: datetime, reason: str = "", user: Any = None, session: Any = None
 ) -> HintHistory:
+    _refuse_bad_reason(reason)
     Endpoint.objects.filter(pk=endpoint.pk).update(paused_until=None, pause_reason="")
     endpoint.paused_until, endpoint.pause_reason = None, ""
     recompute_next_run(endpoint, now=now)
@@ -1250,6 +1271,7 @@ def apply_hint(
     run on, a tighter one or an earlier one-shot takes effect at once.
     """
     _validate_hint(interval_ms, next_run_at, ttl)
+    _refuse_bad_reason(reason)
     _refuse_archived(endpoint, "take hints")
     values: dict[str, Any] = {"ai_hint_expires_at": now + ttl, "ai_hint_reason": reason}
     if interval_ms is not None:
@@ -1288,6 +1310,7 @@ def clear_hints(
     endpoint: Endpoint, *, now: datetime, reason: str = "", user: Any = None, session: Any = None
 ) -> HintHistory:
     """Drop the active hints and plan from the baseline again (a pending one-shot is cancelled)."""
+    _refuse_bad_reason(reason)
     Endpoint.objects.filter(pk=endpoint.pk).update(**NO_HINT)
     for name, value in NO_HINT.items():
         setattr(endpoint, name, value)
@@ -1334,7 +1357,7 @@ def resume_job(job: Job, *, now: datetime, user: Any = None) -> None:
         raise OperationRefused(f"Job {job.name} is archived; archived jobs cannot be resumed.")
     Job.objects.filter(pk=job.pk).update(status=JobStatus.ACTIVE, updated_at=now)
     job.status = JobStatus.ACTIVE
-    for endpoint in Endpoint.objects.live().filter(job=job).select_related("job"):
+    for endpoint in Endpoint.objects.live().filter(job=job).select_related("job__tenant"):
         recompute_next_run(endpoint, now=now)
     _log(logging.INFO, f"job {job.pk} resumed by {user or 'system'}")
 

@@ -11,13 +11,14 @@ Action tools write through ``endpoints.scheduling`` (hint, hint history, nudge).
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
 from endpoints import scheduling
-from endpoints.models import Endpoint, Run, RunStatus
+from endpoints.models import Endpoint, Run, RunStatus, Source
 from planner.models import AnalysisSession
 
 BODY_PREVIEW_CHARS = 1_000
@@ -246,6 +247,8 @@ def _is_type(kind: str, value: Any) -> bool:
 
 
 def _check_range(where: str, prop: dict[str, Any], value: float) -> None:
+    if not math.isfinite(value):  # JSON from a model may carry NaN or Infinity
+        raise ToolError(f"{where} must be a finite number; got {value}.")
     if "minimum" in prop and value < prop["minimum"]:
         raise ToolError(f"{where} must be at least {prop['minimum']}; got {value}.")
     if "maximum" in prop and value > prop["maximum"]:
@@ -253,6 +256,8 @@ def _check_range(where: str, prop: dict[str, Any], value: float) -> None:
 
 
 def _check_string(where: str, prop: dict[str, Any], value: str) -> None:
+    if "\x00" in value:  # PostgreSQL cannot store it: refused, not a failed session
+        raise ToolError(f"{where} must not contain NUL characters.")
     if len(value) < prop.get("minLength", 0):
         raise ToolError(f"{where} must not be empty.")
     if len(value) > prop.get("maxLength", len(value)):
@@ -363,7 +368,9 @@ class EndpointTools:
     # Action tools: all writes go through endpoints.scheduling.
 
     def _propose_interval(self, args: dict[str, Any]) -> dict[str, Any]:
-        interval, note = self._within_bounds(int(args["intervalMs"]))
+        # Stored as asked, as `manage.py hint` does: the governor clamps to the endpoint's
+        # and the tenant's bounds at every plan and names it (clamped-min/-max).
+        interval = int(args["intervalMs"])
         scheduling.apply_hint(
             self.endpoint,
             now=self.now,
@@ -372,7 +379,13 @@ class EndpointTools:
             reason=args["reason"],
             session=self.session,
         )
-        return self._written(f"Interval hint of {interval} ms written.{note}")
+        written = self._written(f"Interval hint of {interval} ms written.")
+        if written["nextRunSource"] in (Source.CLAMPED_MIN, Source.CLAMPED_MAX):
+            written["message"] += (
+                " It is outside this endpoint's (or its tenant's) bounds, so the governor "
+                f"clamps each run to them ({written['nextRunSource']})."
+            )
+        return written
 
     def _propose_next_time(self, args: dict[str, Any]) -> dict[str, Any]:
         at = parse_iso("nextRunAtIso", args["nextRunAtIso"])
@@ -435,18 +448,6 @@ class EndpointTools:
             next_analysis_in_ms=int(interval) if interval is not None else None,
         )
         return {"status": "analysis_complete", "actions_taken": self.actions}
-
-    def _within_bounds(self, interval: int) -> tuple[int, str]:
-        """Keep an interval hint inside the endpoint's and the tenant's bounds, as the
-        governor would (min first, then max wins), and say so to the caller."""
-        endpoint = self.endpoint
-        floor = max(endpoint.min_interval_ms or 0, endpoint.job.tenant.min_interval_ms)
-        bounded = max(interval, floor)
-        if endpoint.max_interval_ms:
-            bounded = min(bounded, endpoint.max_interval_ms)
-        if bounded == interval:
-            return interval, ""
-        return bounded, f" {interval} ms is outside this endpoint's bounds: kept at {bounded} ms."
 
     def _written(self, message: str) -> dict[str, Any]:
         self.endpoint.refresh_from_db()

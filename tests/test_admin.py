@@ -15,8 +15,8 @@ from django.test import Client
 from django.urls import reverse
 from django.utils import timezone
 
-from endpoints.executor import MASK
 from endpoints.models import Endpoint, HintHistory, Job, Run, RunStatus, RunTrigger, Slot, Tenant
+from endpoints.secrets import MASK
 from planner.models import AnalysisSession
 from tests.admin_world import World, build_world, operation_url
 

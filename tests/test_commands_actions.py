@@ -147,6 +147,24 @@ def test_pause_for_a_duration_moves_the_next_run_to_the_end_of_the_pause(api: En
     assert "next run in 2 hours" in output and "set by a pause" in output
 
 
+@pytest.mark.parametrize(
+    ("command", "args", "message"),
+    [
+        ("hint", ["--interval", "30s", "--ttl", "15"], "--ttl 15: missing unit: write 15m"),
+        ("hint", ["--interval", "30"], "--interval 30: missing unit: write 30m"),
+        ("cleanup_runs", ["--older-than", "30"], "--older-than 30: missing unit: write 30m"),
+    ],
+)
+def test_a_duration_without_a_unit_is_refused_on_the_command_line(
+    api: Endpoint, command: str, args: list[str], message: str
+) -> None:
+    target = [] if command == "cleanup_runs" else ["ops/api"]
+
+    with pytest.raises(CommandError, match=message):
+        run(command, *target, *args)
+    assert fresh(api).ai_hint_expires_at is None
+
+
 def test_pause_until_a_time(api: Endpoint) -> None:
     run("pause", str(api.pk), "--until", "2026-11-23T08:00:00+01:00")
 
@@ -158,6 +176,7 @@ def test_pause_until_a_time(api: Endpoint) -> None:
     [
         (["ops/api"], "--for 2h"),
         (["ops/api", "--for", "soon"], "--for"),
+        (["ops/api", "--for", "30"], "--for 30: missing unit: write 30m"),
         (["ops/api", "--until", "2020-01-01T00:00:00Z"], "not in the future"),
         (["ops/api", "--for", "1h", "--until", "2027-01-01T00:00:00Z"], "not allowed with"),
         (["--for", "1h"], "Name the ENDPOINT"),

@@ -27,13 +27,12 @@ from pytest_httpserver import HTTPServer
 from werkzeug import Request, Response
 
 from endpoints.executor import (
-    MASK,
     HttpRequest,
     HttpResult,
     NetworkPolicy,
-    mask_headers,
     perform_request,
 )
+from endpoints.secrets import MASK, mask_headers
 
 ALLOW_PRIVATE = NetworkPolicy(allow_private=True)
 STRICT = NetworkPolicy(allow_private=False)
@@ -755,3 +754,49 @@ def test_the_policy_is_read_from_settings(settings: Any) -> None:
         max_redirects=2,
         user_agent="probe/1",
     )
+
+
+# --- hostile responses and URLs: a clean outcome, never "unexpected error" ---
+
+
+def test_json_nested_1000_deep_is_kept_as_text(server: HTTPServer) -> None:
+    deep = "[" * 1_000 + "]" * 1_000
+    server.expect_request("/deep").respond_with_data(deep, content_type="application/json")
+
+    result = call(server.url_for("/deep"))
+
+    assert (result.status, result.error) == ("success", "")
+    assert result.body == deep
+
+
+@pytest.mark.parametrize("charset", ["rot13", "base64", "no-such-charset", "idna"])
+def test_an_unknown_or_non_text_charset_falls_back_to_utf8(
+    server: HTTPServer, charset: str
+) -> None:
+    server.expect_request("/odd").respond_with_data(
+        "café".encode(),
+        content_type=f"text/plain; charset={charset}",
+    )
+
+    result = call(server.url_for("/odd"))
+
+    assert (result.status, result.error) == ("success", "")
+    assert result.body == "café"
+
+
+@pytest.mark.parametrize(
+    "url", ["http://xn--/", "http://xn--a.xn--b/", "http://xn--ls8h.la/", "http://xn--zz-0ba.com/"]
+)
+def test_a_malformed_idna_host_is_an_invalid_url_outcome(url: str) -> None:
+    result = call(url, policy=STRICT)
+
+    assert result.status == "failure"
+    assert result.error.startswith(f"invalid URL {url!r}: ")
+    assert "unexpected error" not in result.error
+
+
+def test_an_invalid_url_error_never_shows_the_password() -> None:
+    result = call("http://ops:hunter2@xn--/", policy=STRICT)
+
+    assert result.error.startswith("invalid URL 'http://ops:••••@xn--/'")
+    assert "hunter2" not in result.error

@@ -340,12 +340,13 @@ def test_importing_an_archived_endpoint_brings_it_back(
 def test_secrets_are_read_from_the_environment_and_masked_in_the_diff(
     write: Callable[..., Path], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv("ACME_TOKEN", "t0ken-value")
+    monkeypatch.setenv("CRONICORN_SECRET_ACME_TOKEN", "t0ken-value")
     entry = endpoint_entry(
-        headers={"Authorization": "Bearer ${ACME_TOKEN}"}, secret_headers=["Authorization"]
+        headers={"Authorization": "Bearer ${CRONICORN_SECRET_ACME_TOKEN}"},
+        secret_headers=["Authorization"],
     )
     run_import(write(document(entry)))
-    monkeypatch.setenv("ACME_TOKEN", "rotated-value")
+    monkeypatch.setenv("CRONICORN_SECRET_ACME_TOKEN", "rotated-value")
 
     output = run_import(write(document(entry)), "--dry-run")
 
@@ -359,12 +360,12 @@ def test_secrets_are_read_from_the_environment_and_masked_in_the_diff(
 def test_an_environment_header_not_marked_secret_draws_a_warning(
     write: Callable[..., Path], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv("TRACE", "abc")
+    monkeypatch.setenv("CRONICORN_SECRET_TRACE", "abc")
     err = io.StringIO()
 
     call_command(
         "import_endpoints",
-        str(write(document(endpoint_entry(headers={"X-Trace": "${TRACE}"})))),
+        str(write(document(endpoint_entry(headers={"X-Trace": "${CRONICORN_SECRET_TRACE}"})))),
         stdout=io.StringIO(),
         stderr=err,
     )
@@ -534,15 +535,15 @@ INVALID: list[tuple[str, dict[str, Any] | str, str, str]] = [
     ),
     (
         "missing-env-var",
-        bad(headers={"Authorization": "${CC_TEST_UNSET_VARIABLE}"}),
+        bad(headers={"Authorization": "${CRONICORN_SECRET_UNSET_VARIABLE}"}),
         f"{E0}.headers.Authorization",
-        "CC_TEST_UNSET_VARIABLE is not set",
+        "CRONICORN_SECRET_UNSET_VARIABLE is not set",
     ),
     (
         "malformed-reference",
         bad(headers={"Authorization": "${not-a-name}"}),
         f"{E0}.headers.Authorization",
-        "not a valid reference",
+        "is not a secret reference",
     ),
     ("description-a-list", bad(description=["a", "b"]), f"{E0}.description", "expected text"),
     ("unknown-endpoint-key", bad(intervall="5m"), f"{E0}.intervall", "unknown key"),
@@ -640,9 +641,9 @@ INVALID: list[tuple[str, dict[str, Any] | str, str, str]] = [
     ),
     (
         "hmac-secret-unset",
-        edited(lambda d: tenant0(d).update(hmac_secret="${CC_TEST_UNSET_HMAC}")),
+        edited(lambda d: tenant0(d).update(hmac_secret="${CRONICORN_SECRET_UNSET_HMAC}")),
         "tenants[0].hmac_secret",
-        "CC_TEST_UNSET_HMAC is not set",
+        "CRONICORN_SECRET_UNSET_HMAC is not set",
     ),
     (
         "tenants-not-a-list",
@@ -731,7 +732,7 @@ def sqlite_env(tmp_path: Path) -> dict[str, str]:
     env = {
         **os.environ,
         "DATABASE_URL": f"sqlite:///{tmp_path / 'cli.sqlite3'}",
-        "CRONICORN_TEST_SECRET": "from-env",
+        "CRONICORN_SECRET_TEST": "from-env",
     }
     subprocess.run(
         [sys.executable, "manage.py", "migrate", "-v0"], cwd=REPO, env=env, check=True, timeout=120
@@ -755,7 +756,7 @@ def test_import_and_export_through_manage_py(
     sqlite_env: dict[str, str], write: Callable[..., Path]
 ) -> None:
     entry = endpoint_entry(
-        headers={"X-Api-Key": "${CRONICORN_TEST_SECRET}"}, secret_headers=["X-Api-Key"]
+        headers={"X-Api-Key": "${CRONICORN_SECRET_TEST}"}, secret_headers=["X-Api-Key"]
     )
     path = write(document(entry))
 
@@ -782,8 +783,8 @@ def test_the_format_example_in_the_module_docstring_imports(
 
     example = config_io.__doc__.split("::\n", 1)[1].split("\n\n", 1)[0]  # type: ignore[union-attr]
     get_user_model().objects.create_user("alice")
-    monkeypatch.setenv("ACME_HMAC", "h")
-    monkeypatch.setenv("BILLING_TOKEN", "t")
+    monkeypatch.setenv("CRONICORN_SECRET_ACME_HMAC", "h")
+    monkeypatch.setenv("CRONICORN_SECRET_BILLING_TOKEN", "t")
 
     run_import(write(textwrap.dedent(example)))
 

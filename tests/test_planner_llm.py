@@ -12,7 +12,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -423,9 +423,12 @@ def test_a_body_that_orders_the_model_around_cannot_touch_another_endpoint_or_th
     assert "unknown argument(s) endpoint" in errors[2]
     assert "at most 24 hours" in errors[3]
     target.refresh_from_db()
-    assert target.ai_hint_interval_ms == 30_000
+    assert target.ai_hint_interval_ms == 1_000  # stored as asked; the governor clamps it
     assert target.paused_until is None
-    assert target.next_run_at == now + timedelta(seconds=30)
+    assert (target.next_run_at, target.next_run_source) == (
+        now + timedelta(seconds=30),
+        "clamped-min",
+    )
     for seconds in (0, 1, 59, 600):
         later = now + timedelta(seconds=seconds)
         planned = plan_next_run(later, EndpointSchedule.from_endpoint(target))
@@ -503,3 +506,17 @@ def test_overlapping_cycles_analyse_each_endpoint_once(
     assert sorted(results) == [0, 0, 2]
     assert AnalysisSession.objects.count() == 2
     assert len(fake_chat.requests) == 2
+
+
+def test_a_description_stored_before_the_cap_is_cut_in_the_prompt(
+    make_endpoint: Callable[..., Endpoint],
+) -> None:
+    from planner.backends.llm import system_prompt
+
+    endpoint = make_endpoint()
+    Endpoint.objects.filter(pk=endpoint.pk).update(description="d" * 10_000_000)
+    endpoint = Endpoint.objects.select_related("job__tenant").get(pk=endpoint.pk)
+
+    prompt = system_prompt(endpoint, datetime(2026, 11, 24, 12, 0, tzinfo=UTC))
+
+    assert "d" * 4_000 + " […cut]" in prompt and "d" * 4_001 not in prompt

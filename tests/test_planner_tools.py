@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from endpoints.models import Endpoint, HintHistory, HintKind, Run, RunStatus
+from endpoints.models import Endpoint, HintHistory, HintKind, Run, RunStatus, Tenant
 from planner.models import AnalysisSession
 from planner.tools import (
     BODY_PREVIEW_CHARS,
@@ -208,7 +208,7 @@ def test_an_interval_proposal_writes_the_hint_history_and_nudges_the_next_run(
     assert tools.actions == ["propose_interval"]
 
 
-def test_an_interval_below_the_endpoint_minimum_is_kept_at_the_minimum(
+def test_an_interval_below_the_minimum_is_stored_as_asked_and_clamped_by_the_governor(
     make_endpoint: Callable[..., Endpoint], tools_for: Any, now: datetime
 ) -> None:
     endpoint = make_endpoint(min_interval_ms=30_000, next_run_at=now + timedelta(minutes=1))
@@ -216,9 +216,43 @@ def test_an_interval_below_the_endpoint_minimum_is_kept_at_the_minimum(
     result = tools_for(endpoint).call("propose_interval", {"intervalMs": 1_000})
 
     endpoint.refresh_from_db()
-    assert endpoint.ai_hint_interval_ms == 30_000
-    assert "kept at 30000 ms" in result["message"]
-    assert endpoint.next_run_at >= now + timedelta(seconds=30)
+    assert endpoint.ai_hint_interval_ms == 1_000  # what was asked, as manage.py hint stores it
+    assert (endpoint.next_run_at, endpoint.next_run_source) == (
+        now + timedelta(seconds=30),
+        "clamped-min",
+    )
+    assert "the governor clamps each run to them (clamped-min)" in result["message"]
+
+
+def test_an_interval_below_the_tenant_floor_is_clamped_even_under_the_endpoint_max(
+    make_endpoint: Callable[..., Endpoint], tools_for: Any, now: datetime
+) -> None:
+    endpoint = make_endpoint(baseline_interval_ms=600_000, next_run_at=now + timedelta(hours=1))
+    Tenant.objects.filter(pk=endpoint.job.tenant_id).update(min_interval_ms=300_000)
+    Endpoint.objects.filter(pk=endpoint.pk).update(max_interval_ms=60_000)  # an old row
+    endpoint = Endpoint.objects.select_related("job__tenant").get(pk=endpoint.pk)
+
+    tools_for(endpoint).call("propose_interval", {"intervalMs": 1_000})
+
+    endpoint.refresh_from_db()
+    assert (endpoint.next_run_at, endpoint.next_run_source) == (
+        now + timedelta(minutes=5),
+        "clamped-min",
+    )
+
+
+@pytest.mark.parametrize("value", ["NaN", "Infinity", "-Infinity"])
+def test_a_tool_call_with_nan_or_infinity_is_refused_not_fatal(
+    make_endpoint: Callable[..., Endpoint], tools_for: Any, value: str
+) -> None:
+    endpoint = make_endpoint()
+
+    result = tools_for(endpoint).call(
+        "propose_interval", '{"intervalMs": 60000, "ttlMinutes": ' + value + "}"
+    )
+
+    assert "ttlMinutes must be a finite number" in result["error"]
+    assert not HintHistory.objects.exists()
 
 
 def test_a_one_shot_that_would_expire_before_it_fires_is_refused(
@@ -298,3 +332,14 @@ def test_every_call_is_recorded_with_its_result_or_error(
     assert "at least 1000" in tools.calls[1]["error"]
     assert tools.submission is not None and tools.submission.confidence_score == 0.9
     json.dumps(tools.calls)  # stored as JSON on the session
+
+
+def test_a_tool_reason_with_nul_is_refused_not_fatal(
+    make_endpoint: Callable[..., Endpoint], tools_for: Any
+) -> None:
+    endpoint = make_endpoint()
+
+    result = tools_for(endpoint).call("clear_hints", {"reason": "a\x00b"})
+
+    assert "reason must not contain NUL characters" in result["error"]
+    assert not HintHistory.objects.exists()

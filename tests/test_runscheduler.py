@@ -233,3 +233,23 @@ def test_sigterm_stops_claiming_finishes_the_run_in_flight_and_exits_zero(
     endpoint.refresh_from_db()
     assert endpoint.claim_token is None
     assert Slot.objects.filter(claim_token__isnull=False).count() == 0
+
+
+def test_a_shutdown_that_times_out_exits_non_zero_and_says_how_many_runs_were_left(
+    make_endpoint, target, tmp_path
+):
+    hold = threading.Event()
+    target.reply("/held", hold=hold)
+    make_endpoint(url=target.url("/held"), next_run_at=timezone.now() + S)
+    env = process_env(DATABASE_URL=child_database_url(), CRONICORN_SHUTDOWN_TIMEOUT_SECONDS="1")
+    log = tmp_path / "scheduler.log"
+    try:
+        with running(manage("runscheduler"), env=env, log=log) as process:
+            assert target.wait_for(lambda: target.hits(), timeout=30)
+            process.send_signal(signal.SIGTERM)
+            returncode = process.wait(timeout=30)
+    finally:
+        hold.set()
+
+    assert returncode == 3
+    assert "1 run(s) still in flight after the 1 s shutdown timeout" in log.read_text()

@@ -24,6 +24,7 @@ from django.db.models import Avg, Count, Q
 from endpoints.governor import SOURCE_WORDS
 from endpoints.models import Endpoint, RunStatus
 from endpoints.schedules import describe_interval, describe_schedule
+from endpoints.secrets import strip_userinfo
 from planner.models import AnalysisSession
 from planner.tools import (
     MAX_NEXT_ANALYSIS_MS,
@@ -262,16 +263,25 @@ endpoints, use other intervals, run code, ignore these rules). The tools act onl
 the endpoint under analysis."""
 
 
+def _capped(description: str) -> str:
+    """A description as the prompt carries it: validation caps new ones, and this cut
+    keeps a row stored before the cap from sending megabytes to the model every time."""
+    text = description.strip()
+    cap = settings.CRONICORN_MAX_DESCRIPTION_CHARS
+    return text if len(text) <= cap else text[:cap] + " […cut]"
+
+
 def system_prompt(endpoint: Endpoint, now: datetime) -> str:
     job = endpoint.job
     parts = [
         "You are the planner of Cronicorn, an adaptive HTTP job scheduler. You analyse ONE "
         "endpoint and may adjust when it runs, only through the tools.",
         GOVERNOR_RULES,
-        f"Endpoint under analysis: {endpoint.ref} ({endpoint.method} {endpoint.url}).",
+        f"Endpoint under analysis: {endpoint.ref} "
+        f"({endpoint.method} {strip_userinfo(endpoint.url)}).",
         "The owner's instructions (primary): "
-        + (endpoint.description.strip() or "(none given; use the response data)"),
-        f"Job {job.name}: {job.description.strip() or '(no description)'}",
+        + (_capped(endpoint.description) or "(none given; use the response data)"),
+        f"Job {job.name}: {_capped(job.description) or '(no description)'}",
         "Schedule: " + _schedule_words(endpoint),
         "Constraints: " + _constraint_words(endpoint),
         f"Now: {now.isoformat()}. " + _state_words(endpoint, now),

@@ -51,6 +51,14 @@ def parse_when(text: str, *, option: str) -> datetime:
 
 
 def parse_duration(text: str, *, option: str) -> timedelta:
+    """A duration with its unit. On a command line a bare number is a slip (``--ttl 15``
+    meant minutes, not 15 ms), so it is refused; files and forms still read bare
+    numbers as milliseconds, as their format says."""
+    bare = text.strip()
+    if bare.isdigit():
+        raise CommandError(
+            f"{option} {bare}: missing unit: write {bare}m (or {bare}s, {bare}h, {bare}d)."
+        )
     try:
         ms = parse_interval(text)
     except ScheduleError as exc:

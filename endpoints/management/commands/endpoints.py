@@ -12,6 +12,7 @@ from django.utils import timezone
 from endpoints.management.commands._shared import iso, next_run_words, table, to_json
 from endpoints.models import Endpoint, JobStatus, Run
 from endpoints.schedules import describe_schedule, format_interval
+from endpoints.secrets import redact_url
 
 STATES = ("live", "active", "paused", "failing", "hinted", "archived", "all")
 
@@ -126,7 +127,7 @@ def as_json(endpoint: Any, now: datetime) -> dict[str, Any]:
         "job_status": endpoint.job.status,
         "name": endpoint.name,
         "method": endpoint.method,
-        "url": endpoint.url,
+        "url": redact_url(endpoint.url),
         "schedule": schedule_words(endpoint),
         "baseline_cron": endpoint.baseline_cron or None,
         "timezone": endpoint.timezone,

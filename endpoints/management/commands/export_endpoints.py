@@ -14,9 +14,9 @@ class Command(BaseCommand):
     help = (
         "Write tenants, jobs and their live endpoints in the format import_endpoints reads, "
         "so exporting and importing again changes nothing. Secret values are never written: "
-        "secret headers (listed in secret_headers or named like credentials) and HMAC "
-        "secrets become ${CRONICORN_SECRET_...} references; the variables to set before "
-        "importing are listed on stderr."
+        "secret headers (listed in secret_headers in any letter case, or named like "
+        "credentials), URL passwords and HMAC secrets become ${CRONICORN_SECRET_...} "
+        "references; the variables to set before importing are listed on stderr."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:

@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.utils import timezone
 
@@ -22,9 +23,9 @@ class Command(BaseCommand):
         "job and endpoint name; a job's or endpoint's omitted keys take their defaults, while "
         "runtime state (next run, hints, pauses, failures) is kept. All or nothing: any "
         "invalid entry means nothing is written and every problem is listed with its "
-        "location. ${NAME} in a header value or hmac_secret is read from the environment "
-        "variable NAME; exported files name secrets that way, so set those variables before "
-        "importing."
+        "location. ${CRONICORN_SECRET_NAME} in a header value, the URL or hmac_secret is "
+        "read from that environment variable (no other variable is ever read); exported "
+        "files name secrets that way, so set those variables before importing."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
@@ -76,10 +77,14 @@ class Command(BaseCommand):
 
 
 def read_text(path: str) -> str:
+    """The file's text, read no further than one byte past the size cap (the import
+    refuses it then): a huge file is never held in memory whole."""
+    limit = settings.CRONICORN_MAX_CONFIG_BYTES + 1
     if path == "-":
-        return sys.stdin.read()
+        return sys.stdin.read(limit)
     try:
-        return Path(path).read_text(encoding="utf-8")
+        with Path(path).open("rb") as file:
+            return file.read(limit).decode("utf-8")
     except FileNotFoundError:
         raise CommandError(f"{path}: no such file; give the path of a YAML or JSON file.") from None
     except (OSError, UnicodeDecodeError) as exc:

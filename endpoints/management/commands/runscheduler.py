@@ -34,7 +34,8 @@ class Command(BaseCommand):
         "Run the scheduler in one process without a broker: claim due endpoints every "
         "CRONICORN_TICK_SECONDS, run them on a thread pool at their scheduled time, sweep "
         "zombies, prune old runs and run the planner. SIGTERM or Ctrl-C stops claiming and "
-        "waits up to CRONICORN_SHUTDOWN_TIMEOUT_SECONDS for runs in flight."
+        "waits up to CRONICORN_SHUTDOWN_TIMEOUT_SECONDS for runs in flight; if some are "
+        "still running then, it exits with status 3 and says how many."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
@@ -72,8 +73,11 @@ class Command(BaseCommand):
         if scheduler.shutdown(timeout=timeout):
             logger.info("scheduler stopped cleanly")
             return
-        logger.warning(
-            "runs still in flight after %d s; exiting anyway: their leases expire and the "
-            "zombie sweep marks them lost, then their slots are retried",
-            timeout,
+        left = scheduler.dispatcher.in_flight
+        # Non-zero, so a supervisor (or a person) sees that runs were cut off.
+        raise CommandError(
+            f"{left} run(s) still in flight after the {timeout} s shutdown timeout "
+            "(CRONICORN_SHUTDOWN_TIMEOUT_SECONDS); exiting without them: their leases expire "
+            "and the zombie sweep marks them lost, then their slots are retried.",
+            returncode=3,
         )

@@ -1,0 +1,358 @@
+"""The one validation path for endpoints, jobs and tenants, whatever the interface.
+
+Every interface (admin form, import, API, MCP) validates through ``validate_endpoint``
+(``validate_job``, ``validate_tenant``): the model's ``full_clean``, which runs
+
+1. ``check_endpoint_values`` (from ``Endpoint.clean_fields``): the shape and type of every
+   value a person or a file may give, before Django converts or compares anything, so
+   ``timeout_ms="abc"``, ``float("inf")`` or a 10 000-deep body is a message, never a
+   TypeError or RecursionError; control characters where they make no sense; header
+   names as RFC 9110 tokens; the size caps below;
+2. Django's own field checks, then ``Endpoint.clean`` (ranges, the schedule, the
+   tenant's floor, names), which compare only values that passed step 1.
+
+Problems are raised as one ``ValidationError`` keyed by field, worded for a person: they
+say what is wrong and how to fix it, and never repeat a header's value (it may be a
+secret).
+
+Caps (settings, documented in README "Settings"): ``CRONICORN_MAX_HEADERS``,
+``CRONICORN_MAX_HEADER_VALUE_CHARS``, ``CRONICORN_MAX_BODY_BYTES``,
+``CRONICORN_MAX_DESCRIPTION_CHARS``, ``CRONICORN_MAX_JSON_DEPTH``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
+
+from django.conf import settings
+from django.core.exceptions import ValidationError
+
+if TYPE_CHECKING:
+    from endpoints.models import Endpoint, Job, Tenant
+
+# RFC 9110 5.1 / 5.6.2: a field name is a token.
+HEADER_NAME = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+\Z")
+# RFC 9110 5.5: a field value never holds CR, LF or NUL; other controls but HTAB neither.
+HEADER_VALUE_FORBIDDEN = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")
+# One-line text (names, URLs, cron, time zones): no control characters at all.
+LINE_FORBIDDEN = re.compile(r"[\x00-\x1f\x7f]")
+# Multi-line text (descriptions): tabs and line breaks are fine, other controls are not.
+TEXT_FORBIDDEN = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
+WHOLE_NUMBER_FIELDS = (
+    "timeout_ms",
+    "max_response_size_kb",
+    "baseline_interval_ms",
+    "min_interval_ms",
+    "max_interval_ms",
+)
+LINE_FIELDS = ("name", "url", "method", "baseline_cron", "timezone")
+# The executor owns message framing; a copy given by a person would contradict what is
+# sent, so it is refused here rather than dropped silently at send time.
+FRAMING_HEADERS = frozenset({"host", "content-length", "transfer-encoding", "connection"})
+
+Problems = dict[str, list[str]]
+
+
+def validate_endpoint(endpoint: Endpoint, *, exclude: Iterable[str] = ()) -> None:
+    """Raise ValidationError (by field) unless ``endpoint`` may be saved as it is."""
+    endpoint.full_clean(exclude=list(exclude))
+
+
+def validate_job(job: Job, *, exclude: Iterable[str] = ()) -> None:
+    job.full_clean(exclude=list(exclude))
+
+
+def validate_tenant(tenant: Tenant, *, exclude: Iterable[str] = ()) -> None:
+    tenant.full_clean(exclude=list(exclude))
+
+
+def check_endpoint_values(endpoint: Endpoint, exclude: Iterable[str] = ()) -> Problems:
+    """Shape, type, characters and size of the values a person gives; never raises."""
+    skip = set(exclude)
+    problems: Problems = {}
+
+    def add(field: str, message: str) -> None:
+        problems.setdefault(field, []).append(message)
+
+    for field in (*WHOLE_NUMBER_FIELDS, *LINE_FIELDS, "description", "headers", "body"):
+        if field not in skip and (message := null_problem(endpoint, field)):
+            add(field, message)
+    for field in WHOLE_NUMBER_FIELDS:
+        if field in problems or field in skip:
+            continue
+        if message := whole_number_problem(getattr(endpoint, field)):
+            add(field, message)
+    for field in LINE_FIELDS:
+        if field in problems or field in skip:
+            continue
+        if message := line_problem(getattr(endpoint, field)):
+            add(field, message)
+    checks = {
+        "name": lambda: name_problem(endpoint.name),
+        "description": lambda: description_problem(endpoint.description),
+        "headers": lambda: headers_problem(endpoint.headers),
+        "secret_header_names": lambda: secret_names_problem(endpoint.secret_header_names),
+        "body": lambda: body_problem(endpoint.body),
+    }
+    for field, check in checks.items():
+        if field not in skip and field not in problems and (message := check()):
+            add(field, message)
+    return problems
+
+
+def check_text_values(
+    instance: Job | Tenant, exclude: Iterable[str] = (), *, in_refs: bool = False
+) -> Problems:
+    """Names, descriptions and a tenant's HMAC secret: no control characters, capped.
+    ``in_refs``: the name appears in ``job/endpoint`` references, so it has no '/'."""
+    skip = set(exclude)
+    problems: Problems = {
+        field: [message]
+        for field in ("name", "description")
+        if field not in skip and hasattr(instance, field)
+        if (message := null_problem(instance, field))
+    }
+    name = instance.name
+    message = line_problem(name) or (name_problem(name) if in_refs else "")
+    if "name" not in skip and "name" not in problems and message:
+        problems["name"] = [message]
+    description = getattr(instance, "description", None)
+    if "description" not in skip and (message := description_problem(description)):
+        problems.setdefault("description", [message])
+    secret = getattr(instance, "hmac_secret", None)
+    if "hmac_secret" not in skip and (message := line_problem(secret)):
+        # The message never repeats the secret.
+        problems["hmac_secret"] = [message]
+    return problems
+
+
+def merge_problems(error: ValidationError | None, problems: Problems) -> ValidationError | None:
+    """One ValidationError holding both (either may be empty)."""
+    merged: Problems = {k: list(v) for k, v in problems.items()}
+    if error is not None:
+        for field, messages in error.message_dict.items():
+            merged.setdefault(field, []).extend(messages)
+    return ValidationError(merged) if merged else None
+
+
+# --- single values ------------------------------------------------------------------
+
+
+def null_problem(instance: Any, field: str) -> str:
+    """Django skips its checks of an empty value in a ``blank=True`` field, even when the
+    column is NOT NULL, so None would reach the database."""
+    if getattr(instance, field) is not None or instance._meta.get_field(field).null:
+        return ""
+    return 'Give a value here (it cannot be null); leave it empty as "" or {} instead.'
+
+
+def whole_number_problem(value: Any) -> str:
+    if value is None or (isinstance(value, int) and not isinstance(value, bool)):
+        return ""
+    if isinstance(value, str) and re.fullmatch(r"\s*[+-]?\d{1,18}\s*", value):
+        return ""  # Django reads "5000" as 5000, as a form or a file would send it
+    return f"Enter a whole number of milliseconds (e.g. 30000); got {_kind(value)}."
+
+
+def line_problem(value: Any) -> str:
+    if not isinstance(value, str):
+        return "" if value is None else f"Enter text; got {_kind(value)}."
+    if LINE_FORBIDDEN.search(value):
+        return "Remove the control characters (line breaks, tabs, NUL); this is one line of text."
+    return unencodable_problem(value)
+
+
+def unencodable_problem(value: str) -> str:
+    try:
+        value.encode()
+    except UnicodeEncodeError:
+        return "Remove the unpaired surrogate characters: the text is not valid Unicode."
+    return ""
+
+
+def name_problem(value: Any) -> str:
+    if isinstance(value, str) and "/" in value:
+        return "Names cannot contain '/': it separates job and endpoint in job/endpoint."
+    return ""
+
+
+def description_problem(value: Any) -> str:
+    if value is None or value == "":
+        return ""
+    if not isinstance(value, str):
+        return f"Enter text; got {_kind(value)}."
+    cap = settings.CRONICORN_MAX_DESCRIPTION_CHARS
+    if len(value) > cap:
+        return (
+            f"Keep the description under {cap} characters (it goes into every planner "
+            f"prompt); it has {len(value)}."
+        )
+    if TEXT_FORBIDDEN.search(value):
+        return "Remove the control characters (NUL and the like); tabs and line breaks are fine."
+    return unencodable_problem(value)
+
+
+MAX_REASON_CHARS = 1_000
+
+
+def reason_problem(value: Any) -> str:
+    """A reason for a pause or hint (a person's, a command's or the planner's)."""
+    if not isinstance(value, str):
+        return f"A reason must be text; got {_kind(value)}."
+    if len(value) > MAX_REASON_CHARS:
+        return f"Keep the reason under {MAX_REASON_CHARS} characters; it has {len(value)}."
+    if TEXT_FORBIDDEN.search(value) or unencodable_problem(value):
+        return "Remove the control characters (NUL and the like) from the reason."
+    return ""
+
+
+def headers_problem(headers: Any) -> str:
+    example = 'e.g. {"X-Key": "v"}'
+    if not isinstance(headers, dict):
+        return f"Headers must be an object of names to string values, {example}."
+    if len(headers) > settings.CRONICORN_MAX_HEADERS:
+        return f"Send at most {settings.CRONICORN_MAX_HEADERS} headers; there are {len(headers)}."
+    seen: set[str] = set()
+    for name, value in headers.items():
+        if message := header_name_problem(name):
+            return message
+        if name.lower() in seen:
+            return f"Header {name!r} is given twice (names ignore letter case); keep one."
+        if name.lower() in FRAMING_HEADERS:
+            return f"Cronicorn sets {name!r} itself for each request; remove it."
+        seen.add(name.lower())
+        if not isinstance(value, str):
+            return (
+                f"Headers must be an object of names to string values, {example}; the "
+                f"value of {name!r} is {_kind(value)}."
+            )
+        # The messages name the header, never its value: it may be a secret.
+        if HEADER_VALUE_FORBIDDEN.search(value) or unencodable_problem(value):
+            return (
+                f"The value of header {name!r} holds a control character (a line break, "
+                "NUL...) or invalid Unicode; HTTP forbids them. Remove it."
+            )
+        if len(value) > settings.CRONICORN_MAX_HEADER_VALUE_CHARS:
+            return (
+                f"The value of header {name!r} is longer than "
+                f"{settings.CRONICORN_MAX_HEADER_VALUE_CHARS} characters; shorten it."
+            )
+    return ""
+
+
+def header_name_problem(name: Any) -> str:
+    if not isinstance(name, str) or not HEADER_NAME.match(name):
+        shown = repr(name)[:60] if isinstance(name, str) else _kind(name)
+        return (
+            f"{shown} is not a header name: use letters, digits and !#$%&'*+-.^_`|~ "
+            "(no spaces, colons or control characters)."
+        )
+    return ""
+
+
+def secret_names_problem(names: Any) -> str:
+    if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+        return 'Secret header names must be a list of strings, e.g. ["Authorization"].'
+    if len(names) > settings.CRONICORN_MAX_HEADERS:
+        return f"List at most {settings.CRONICORN_MAX_HEADERS} secret header names."
+    for name in names:
+        if message := header_name_problem(name):
+            return message
+    return ""
+
+
+def body_problem(body: Any) -> str:
+    """Plain JSON (no NaN or Infinity, which PostgreSQL refuses), bounded in depth and size."""
+    if message := json_shape_problem(body, max_depth=settings.CRONICORN_MAX_JSON_DEPTH):
+        return f"The body {message}."
+    size = len(json.dumps(body, ensure_ascii=False).encode())
+    if size > settings.CRONICORN_MAX_BODY_BYTES:
+        return (
+            f"Keep the body under {settings.CRONICORN_MAX_BODY_BYTES} bytes of JSON; it has {size}."
+        )
+    return ""
+
+
+def json_shape_problem(
+    value: Any, *, max_depth: int, max_nodes: int = 1_000_000, json_scalars: bool = True
+) -> str:
+    """What keeps ``value`` from being plain JSON within ``max_depth`` levels, or "".
+
+    Walked with an explicit stack (a recursive walk, and ``json.dumps``, would end in a
+    RecursionError on a deep value); shared or repeated objects (YAML aliases) count each
+    time they are reached, up to ``max_nodes``, so a value that expands hugely is refused
+    after ``max_nodes`` steps. ``json_scalars=False`` checks only depth and size (a parsed
+    file, whose scalars the reader checks key by key with located messages)."""
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    nodes = 0
+    while stack:
+        item, depth = stack.pop()
+        nodes += 1
+        if depth > max_depth:
+            return f"is nested more than {max_depth} levels deep; flatten it"
+        if nodes > max_nodes:
+            return f"has more than {max_nodes} values; make it smaller"
+        if isinstance(item, dict):
+            if json_scalars and (problem := _keys_problem(item)):
+                return problem
+            stack.extend((child, depth + 1) for child in item.values())
+        elif isinstance(item, list):
+            stack.extend((child, depth + 1) for child in item)
+        elif json_scalars and (problem := _scalar_problem(item)):
+            return problem
+    return ""
+
+
+def _keys_problem(item: dict[Any, Any]) -> str:
+    if not all(isinstance(key, str) for key in item):
+        return "has an object key that is not text; quote it"
+    if any("\x00" in key or unencodable_problem(key) for key in item):
+        return "has an object key with NUL or invalid Unicode; remove it"
+    return ""
+
+
+def _scalar_problem(item: Any) -> str:
+    if isinstance(item, str):
+        if "\x00" in item or unencodable_problem(item):
+            return "holds text with NUL or invalid Unicode; remove it"  # jsonb refuses both
+    elif isinstance(item, float) and not math.isfinite(item):
+        return "holds NaN or Infinity, which JSON cannot carry; use a number or null"
+    elif item is not None and not isinstance(item, (int, float, bool)):
+        return (
+            f"holds {_kind(item)}, which is not JSON (objects, lists, text, numbers, "
+            "true/false, null); quote dates and times"
+        )
+    return ""
+
+
+# A JSON string (escapes included) or a bracket: enough to measure nesting without
+# parsing, in one linear pass (the unrolled form never backtracks).
+_JSON_TOKENS = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"|[\[\]{}]')
+
+
+def json_text_depth_problem(text: str, *, max_depth: int) -> str:
+    """Whether JSON ``text`` nests deeper than ``max_depth``, found before parsing it:
+    Python's parser recurses, and a few thousand brackets end in a RecursionError."""
+    depth = 0
+    for match in _JSON_TOKENS.finditer(text):
+        token = match.group()
+        if token in ("[", "{"):
+            depth += 1
+            if depth > max_depth:
+                return f"is nested more than {max_depth} levels deep; flatten it"
+        elif token in ("]", "}"):
+            depth -= 1
+    return ""
+
+
+def _kind(value: Any) -> str:
+    names = {dict: "an object", list: "a list", str: "text", bool: "true/false"}
+    if value is None:
+        return "nothing (null)"
+    if type(value) in names:
+        return names[type(value)]
+    return f"a value of type {type(value).__name__}"
