@@ -11,7 +11,7 @@ import httpx
 import pytest
 from django.utils import timezone
 
-from endpoints.executor import MASK
+from endpoints.secrets import MASK
 from endpoints.models import Endpoint, HintHistory, Job, Tenant
 from tests.api_world import make_key
 from tests.http_targets import TargetServer

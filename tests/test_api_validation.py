@@ -10,7 +10,7 @@ from typing import Any
 import httpx
 import pytest
 
-from endpoints.executor import MASK
+from endpoints.secrets import MASK
 from endpoints.models import Endpoint, Job, Tenant
 from tests.api_world import make_key
 
