@@ -11,8 +11,8 @@ import httpx
 import pytest
 from django.utils import timezone
 
-from endpoints.secrets import MASK
 from endpoints.models import Endpoint, HintHistory, Job, Tenant
+from endpoints.secrets import MASK
 from tests.api_world import make_key
 from tests.http_targets import TargetServer
 

@@ -10,8 +10,8 @@ from typing import Any
 import httpx
 import pytest
 
-from endpoints.secrets import MASK
 from endpoints.models import Endpoint, Job, Tenant
+from endpoints.secrets import MASK
 from tests.api_world import make_key
 
 pytestmark = pytest.mark.django_db(transaction=True)
