@@ -15,11 +15,10 @@ from django.conf import settings
 from django.db.models import Count, OuterRef, Q, Subquery, Sum
 
 from endpoints import scheduling
-from endpoints.models import Endpoint, Run, RunStatus, RunTrigger, Slot, Tenant
+from endpoints.models import Endpoint, Run, RunStatus, Slot, Tenant
 from planner.models import AnalysisSession
 
 FAILING_SHOWN = 10
-LATENESS_SAMPLE = 10_000
 FAILED = (RunStatus.FAILURE, RunStatus.TIMEOUT, RunStatus.LOST)
 
 
@@ -59,20 +58,8 @@ def _tenant_health(tenant_ids: list[int], now: datetime) -> dict[str, Any]:
         "in_flight": runs.filter(status=RunStatus.RUNNING).count(),
         "runs_last_hour": counts["total"],
         "failures_last_hour": counts["failed"],
-        "lateness_p95_ms": _lateness_p95(hour),
+        **scheduling.lateness_stats(hour),
     }
-
-
-def _lateness_p95(runs: Any) -> float | None:
-    pairs = (
-        runs.filter(trigger__in=[RunTrigger.SCHEDULED, RunTrigger.RETRY])
-        .order_by("-started_at")
-        .values_list("scheduled_for", "started_at")[:LATENESS_SAMPLE]
-    )
-    late = sorted(max(0.0, (started - due).total_seconds() * 1000) for due, started in pairs)
-    if not late:
-        return None
-    return round(late[min(len(late) - 1, round(0.95 * (len(late) - 1)))], 1)
 
 
 def _failing_endpoints(tenant_ids: list[int] | None) -> list[Endpoint]:
