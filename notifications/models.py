@@ -5,7 +5,11 @@ DeliveryAttempt). The workflows are in ``notifications/alerts.py``."""
 from __future__ import annotations
 
 from datetime import datetime, time
+from urllib.parse import urlsplit
 
+import apprise
+from django.core.exceptions import ValidationError
+from django.core.validators import validate_email
 from django.db import models
 from django.db.models import Q
 
@@ -66,6 +70,41 @@ class Channel(models.Model):
 
     def __str__(self) -> str:
         return f"{self.tenant.name}/{self.name}"
+
+    def clean(self) -> None:
+        if self.kind in ChannelKind.values and self.target:
+            try:
+                validate_target(self.kind, self.target)
+            except ValidationError as exc:
+                raise ValidationError({"target": exc.messages}) from None
+
+
+def email_addresses(target: str) -> list[str]:
+    return [part.strip() for part in target.split(",") if part.strip()]
+
+
+def validate_target(kind: str, target: str) -> None:
+    """Raise ``ValidationError`` with a message a person can act on."""
+    if kind == ChannelKind.EMAIL:
+        addresses = email_addresses(target)
+        try:
+            for address in addresses:
+                validate_email(address)
+        except ValidationError:
+            addresses = []
+        if not addresses:
+            raise ValidationError(
+                "Give one or more email addresses separated by commas, e.g. ops@example.com."
+            )
+    elif kind == ChannelKind.WEBHOOK:
+        parts = urlsplit(target)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ValidationError("Give an http:// or https:// URL for the webhook.")
+    elif apprise.Apprise.instantiate(target) is None:
+        raise ValidationError(
+            "Apprise does not understand this URL. Examples: slack://TokenA/TokenB/TokenC, "
+            "discord://WebhookID/Token, tgram://BotToken/ChatID, ntfy://topic."
+        )
 
 
 class AlertRule(models.Model):

@@ -21,9 +21,7 @@ from urllib.parse import urlsplit
 
 import apprise
 from django.conf import settings
-from django.core.exceptions import ValidationError
 from django.core.mail import EmailMessage, get_connection
-from django.core.validators import validate_email
 
 from endpoints.executor import (
     MASK,
@@ -33,7 +31,7 @@ from endpoints.executor import (
     NetworkPolicy,
     perform_request,
 )
-from notifications.models import Channel, ChannelKind
+from notifications.models import Channel, ChannelKind, email_addresses
 
 # Pieces of a target at least this long are treated as secrets when scrubbing errors.
 MIN_SECRET_PIECE = 6
@@ -72,10 +70,17 @@ def send_email(channel: Channel, message: Message) -> None:
         subject=message.subject,
         body=message.body,
         from_email=settings.DEFAULT_FROM_EMAIL,
-        to=email_addresses(channel.target),
+        to=_recipients(channel.target),
         connection=connection,
     )
     email.send(fail_silently=False)
+
+
+def _recipients(target: str) -> list[str]:
+    addresses = email_addresses(target)
+    if not addresses:
+        raise DeliveryError("no email address given")
+    return addresses
 
 
 def send_webhook(channel: Channel, message: Message) -> None:
@@ -126,33 +131,6 @@ def check_apprise_host(target: str, policy: NetworkPolicy) -> None:
         AddressGuard(policy).check(str(host), addresses)
     except BlockedAddressError as exc:
         raise DeliveryError(str(exc)) from None
-
-
-def email_addresses(target: str) -> list[str]:
-    addresses = [part.strip() for part in target.split(",") if part.strip()]
-    if not addresses:
-        raise DeliveryError("no email address given")
-    return addresses
-
-
-def validate_target(kind: str, target: str) -> None:
-    """Raise ``ValidationError`` with a message a person can act on."""
-    if kind == ChannelKind.EMAIL:
-        try:
-            for address in email_addresses(target):
-                validate_email(address)
-        except (DeliveryError, ValidationError):
-            raise ValidationError(
-                "Give one or more email addresses separated by commas, e.g. ops@example.com."
-            ) from None
-    elif kind == ChannelKind.WEBHOOK:
-        if urlsplit(target).scheme not in ("http", "https") or not urlsplit(target).hostname:
-            raise ValidationError("Give an http:// or https:// URL for the webhook.")
-    elif apprise.Apprise.instantiate(target) is None:
-        raise ValidationError(
-            "Apprise does not understand this URL. Examples: slack://TokenA/TokenB/TokenC, "
-            "discord://WebhookID/Token, tgram://BotToken/ChatID, ntfy://topic."
-        )
 
 
 def masked_target(channel: Channel) -> str:
