@@ -11,6 +11,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 from typing import Any
 
+from django.apps import apps
 from django.conf import settings
 from django.db.models import Count, OuterRef, Q, Subquery, Sum
 
@@ -32,6 +33,7 @@ def build_dashboard(*, tenant_ids: list[int] | None, now: datetime) -> dict[str,
         "tick_stale": _tick_stale(health),
         "failing": _failing_endpoints(tenant_ids),
         "planner": _planner_usage(tenant_ids, now),
+        "channels_failing": _channels_failing(tenant_ids),
         "scoped": tenant_ids is not None,
     }
 
@@ -75,6 +77,18 @@ def _failing_endpoints(tenant_ids: list[int] | None) -> list[Endpoint]:
         )
         .order_by("-failure_count", "job__name", "name")[:FAILING_SHOWN]
     )
+
+
+def _channels_failing(tenant_ids: list[int] | None) -> list[Any] | None:
+    """Alert channels marked failing; None when the notifications app is not installed."""
+    if not apps.is_installed("notifications"):
+        return None
+    channels = apps.get_model("notifications", "Channel").objects.filter(
+        failing_since__isnull=False
+    )
+    if tenant_ids is not None:
+        channels = channels.filter(tenant__in=tenant_ids)
+    return list(channels.select_related("tenant").order_by("failing_since")[:FAILING_SHOWN])
 
 
 def _planner_usage(tenant_ids: list[int] | None, now: datetime) -> list[dict[str, Any]]:
