@@ -6,7 +6,7 @@ which holds its secrets, is scrubbed from it).
   backend works;
 - webhook: a JSON POST through the one HTTP executor, so it has the executor's deadline,
   SSRF guard and the tenant's HMAC signature (``X-Cronicorn-Timestamp`` and
-  ``X-Cronicorn-Signature``, verified as ``docs/ALERTS.md`` shows);
+  ``X-Cronicorn-Signature``, verified as README.md "Alerts" shows);
 - apprise: chat and push services (Slack, Discord, Teams, Telegram, ntfy, PagerDuty…)
   through Apprise rather than hand-written integrations.
 """
