@@ -7,12 +7,12 @@ call it (their end-to-end tests are in test_alerts_end_to_end.py).
 
 from __future__ import annotations
 
-import hashlib
-import hmac
 import json
 import logging
 import threading
 from datetime import timedelta
+from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -217,12 +217,14 @@ def test_the_webhook_signature_verifies_with_the_documented_recipe(
     notify_cycle(now=now + 10 * S)
     [hit] = target.hits("/hook/s3cr3t-path-token")
 
-    # The recipe in README "Alerts": HMAC-SHA256(secret, timestamp + "." + raw body).
-    timestamp = hit.headers["X-Cronicorn-Timestamp"]
-    expected = hmac.new(
-        b"tenant-hmac-secret-123", timestamp.encode() + b"." + hit.body, hashlib.sha256
-    ).hexdigest()
-    assert hmac.compare_digest(hit.headers["X-Cronicorn-Signature"], expected)
+    # The recipe as README.md ("Alerts") shows it, run as written there.
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    recipe = readme.split("```python\n")[1].split("```")[0]
+    assert "def verify(" in recipe
+    namespace: dict[str, Any] = {}
+    exec(recipe, namespace)
+    assert namespace["verify"](b"tenant-hmac-secret-123", hit.headers, hit.body) is True
+    assert namespace["verify"](b"another-secret", hit.headers, hit.body) is False
     assert hit.headers["Content-Type"].startswith("application/json")
 
 
