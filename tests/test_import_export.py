@@ -784,6 +784,7 @@ def test_the_format_example_in_the_module_docstring_imports(
     get_user_model().objects.create_user("alice")
     monkeypatch.setenv("ACME_HMAC", "h")
     monkeypatch.setenv("BILLING_TOKEN", "t")
+    monkeypatch.setenv("ACME_ONCALL_URL", "https://hooks.example.com/oncall")
 
     run_import(write(textwrap.dedent(example)))
 
