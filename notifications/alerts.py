@@ -127,10 +127,16 @@ def _stale_after(interval_ms: int, factor: int) -> timedelta:
 
 
 def _states_of(endpoints: Sequence[Endpoint]) -> dict[int, AlertState]:
-    AlertState.objects.bulk_create(
-        [AlertState(endpoint_id=e.pk) for e in endpoints], ignore_conflicts=True
-    )
-    return AlertState.objects.in_bulk([e.pk for e in endpoints])
+    """Each endpoint's alert state, created (all clear) the first time it is a candidate."""
+    ids = [e.pk for e in endpoints]
+    states = AlertState.objects.in_bulk(ids)
+    if missing := [pk for pk in ids if pk not in states]:
+        # ignore_conflicts: another cycle may create the same rows at the same moment.
+        AlertState.objects.bulk_create(
+            [AlertState(endpoint_id=pk) for pk in missing], ignore_conflicts=True
+        )
+        states.update(AlertState.objects.in_bulk(missing))
+    return states
 
 
 def effective_rules(endpoints: Iterable[Endpoint]) -> dict[int, AlertRule]:
