@@ -183,7 +183,6 @@ class AlertAdmin(RecordAdmin):
     list_display = ("created_at", "endpoint", "kind", "detail", "queued_at")
     list_filter = ("kind",)
     list_select_related = ("endpoint__job",)
-    date_hierarchy = None
 
 
 class AttemptInline(admin.TabularInline):

@@ -147,3 +147,32 @@ def test_test_channel_exits_non_zero_when_the_channel_fails(hook, target) -> Non
 def test_test_channel_names_the_channels_when_it_finds_none(hook) -> None:
     with pytest.raises(CommandError, match=r"No channel 'nope'; give tenant/name or the id"):
         call_command("test_channel", "nope")
+
+
+def test_rules_alerts_and_deliveries_of_another_tenant_are_invisible(world: World, hook) -> None:
+    from django.utils import timezone
+
+    from notifications.models import Alert, AlertRule
+
+    rule = AlertRule.objects.create(endpoint=world.a.endpoint, after_failures=7)
+    alert = Alert.objects.create(
+        tenant=world.a.tenant, job=world.a.job, endpoint=world.a.endpoint, kind="failing",
+        detail="alpha-only detail", created_at=timezone.now(),
+    )  # fmt: skip
+    delivery = Delivery.objects.create(
+        channel=hook, subject="alpha-only subject", body="b", payload={},
+        next_attempt_at=timezone.now(), created_at=timezone.now(),
+    )  # fmt: skip
+    alice, bob = world.client_for(world.alice), world.client_for(world.bob)
+    pages = [
+        ("notifications_alertrule", rule.pk, "alpha-orders"),
+        ("notifications_alert", alert.pk, "alpha-only detail"),
+        ("notifications_delivery", delivery.pk, "alpha-only subject"),
+    ]
+    for name, pk, text in pages:
+        listing = reverse(f"admin:{name}_changelist")
+        assert text in alice.get(listing).content.decode(), name
+        assert text not in bob.get(listing).content.decode(), name
+        assert bob.get(reverse(f"admin:{name}_change", args=[pk])).status_code == 404, name
+    form = bob.get(reverse("admin:notifications_alertrule_add")).content.decode()
+    assert "alpha-orders" not in form and "ops-alpha" not in form
