@@ -89,3 +89,24 @@ def test_quiet_prints_the_failure_and_the_recovery_but_no_healthy_run(
     )
     assert " success (recovered) HTTP 200 " in lines[1]
     assert "scheduler started" not in log.read_text()
+
+
+def test_a_minute_with_many_runs_prints_one_summary_line(make_endpoint, caplog):
+    endpoint = make_endpoint(name="busy")
+    now = timezone.now()
+    slots = [now - timedelta(seconds=59) + timedelta(seconds=k * 2) for k in range(25)]
+    Run.objects.bulk_create(
+        Run(endpoint=endpoint, scheduled_for=slot, started_at=slot + timedelta(milliseconds=4),
+            status=RunStatus.FAILURE if k < 2 else RunStatus.SUCCESS)
+        for k, slot in enumerate(slots)
+    )  # fmt: skip
+    scheduler = EmbeddedScheduler(max_in_flight=2)
+    try:
+        with caplog.at_level(logging.INFO, logger="cronicorn.scheduler"):
+            scheduler.summarize_once(now=now)
+            Run.objects.all().delete()
+            scheduler.summarize_once(now=now)  # a quiet minute: no summary
+    finally:
+        scheduler.shutdown(timeout=5)
+    summaries = [r.getMessage() for r in caplog.records if "last minute" in r.getMessage()]
+    assert summaries == ["last minute: 25 runs, 2 failed, lateness p95 4 ms, 0 in flight"]
