@@ -5,9 +5,9 @@ DeliveryAttempt). The workflows are in ``notifications/alerts.py``."""
 from __future__ import annotations
 
 from datetime import datetime, time
+from typing import Any
 from urllib.parse import urlsplit
 
-import apprise
 from django.core.exceptions import ValidationError
 from django.core.validators import validate_email
 from django.db import models
@@ -83,6 +83,17 @@ def email_addresses(target: str) -> list[str]:
     return [part.strip() for part in target.split(",") if part.strip()]
 
 
+def apprise_plugin(url: str) -> Any:
+    """Apprise's service object for ``url``, or None if Apprise does not understand it.
+
+    Apprise is imported here, not at the top: loading its ~100 services takes about a
+    second, which every process (each worker, each manage.py command) would pay at start.
+    """
+    import apprise
+
+    return apprise.Apprise.instantiate(url)
+
+
 def validate_target(kind: str, target: str) -> None:
     """Raise ``ValidationError`` with a message a person can act on."""
     if kind == ChannelKind.EMAIL:
@@ -100,7 +111,7 @@ def validate_target(kind: str, target: str) -> None:
         parts = urlsplit(target)
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise ValidationError("Give an http:// or https:// URL for the webhook.")
-    elif apprise.Apprise.instantiate(target) is None:
+    elif apprise_plugin(target) is None:
         raise ValidationError(
             "Apprise does not understand this URL. Examples: slack://TokenA/TokenB/TokenC, "
             "discord://WebhookID/Token, tgram://BotToken/ChatID, ntfy://topic."

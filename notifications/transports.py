@@ -19,7 +19,6 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
-import apprise
 from django.conf import settings
 from django.core.mail import EmailMessage, get_connection
 
@@ -31,7 +30,7 @@ from endpoints.executor import (
     NetworkPolicy,
     perform_request,
 )
-from notifications.models import Channel, ChannelKind, email_addresses
+from notifications.models import Channel, ChannelKind, apprise_plugin, email_addresses
 
 # Pieces of a target at least this long are treated as secrets when scrubbing errors.
 MIN_SECRET_PIECE = 6
@@ -98,6 +97,8 @@ def send_webhook(channel: Channel, message: Message) -> None:
 
 
 def send_apprise(channel: Channel, message: Message) -> None:
+    import apprise  # lazily: see notifications.models.apprise_plugin
+
     check_apprise_host(channel.target, NetworkPolicy.from_settings())
     notifier = apprise.Apprise()
     if not notifier.add(channel.target):
@@ -119,7 +120,7 @@ def check_apprise_host(target: str, policy: NetworkPolicy) -> None:
     re-pointed between this check and Apprise's own lookup is not caught: allow-list
     such channels' hosts in multi-tenant deployments rather than trust them.
     """
-    plugin = apprise.Apprise.instantiate(target)
+    plugin = apprise_plugin(target)
     host = getattr(plugin, "host", None) if plugin else None
     if not host:
         return
@@ -138,7 +139,7 @@ def masked_target(channel: Channel) -> str:
     if channel.kind == ChannelKind.EMAIL:
         return channel.target
     if channel.kind == ChannelKind.APPRISE:
-        plugin = apprise.Apprise.instantiate(channel.target)
+        plugin = apprise_plugin(channel.target)
         if plugin is not None:
             return str(plugin.url(privacy=True)).split("?")[0]
         return MASK
