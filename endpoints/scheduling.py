@@ -830,7 +830,7 @@ def _log_rescheduled(outcome: Outcome, values: Mapping[str, Any]) -> None:
     word = "success (recovered)" if recovered else word
     code = f" HTTP {result.status_code}" if result.status_code else ""
     when, why = values["next_run_at"], values["next_run_source"]
-    then = f"next {when:%Y-%m-%d %H:%M:%S}Z ({why})" if when else "no next run (archived)"
+    then = f"next run {when:%Y-%m-%d %H:%M:%S}Z ({why})" if when else "no next run (archived)"
     error = f": {result.error}" if failed and result.error else ""
     ref = endpoint_ref(outcome.claim.endpoint_id)
     fields = {

@@ -112,7 +112,7 @@ RUN_LINE = re.compile(
     r"(?:INFO|WARNING) cronicorn\.scheduler ops/flaky "
     r"(?P<status>success \(recovered\)|success|failure)"
     r"(?: HTTP (?P<code>\d{3}))? in (?P<took>\d+ ms|\d+\.\d s), "
-    r"next (?P<next>\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)Z \((?P<source>[a-z-]+)\)(?P<error>: .*?)?"
+    r"next run (?P<next>\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)Z \((?P<source>[a-z-]+)\)(?P<error>: .*?)?"
     r" endpoint_id=\d+ run_id=\d+ claim_token=[0-9a-f-]+ source=[a-z-]*$"
 )
 
