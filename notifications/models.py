@@ -161,6 +161,14 @@ class AlertRule(models.Model):
     def __str__(self) -> str:
         return f"alerts for {self.endpoint or self.job}"
 
+    def clean(self) -> None:
+        # Mirrors notifications_alertrule_job_xor_endpoint with a message for the form.
+        if (self.job_id is None) == (self.endpoint_id is None):
+            raise ValidationError(
+                "Pick the job the rule is for, or one endpoint whose rule overrides its "
+                "job's; not both, not neither."
+            )
+
     def is_quiet(self, now: datetime) -> bool:
         if self.quiet_from is None or self.quiet_until is None:
             return False

@@ -176,3 +176,26 @@ def test_rules_alerts_and_deliveries_of_another_tenant_are_invisible(world: Worl
         assert bob.get(reverse(f"admin:{name}_change", args=[pk])).status_code == 404, name
     form = bob.get(reverse("admin:notifications_alertrule_add")).content.decode()
     assert "alpha-orders" not in form and "ops-alpha" not in form
+
+
+def test_a_rule_for_both_a_job_and_an_endpoint_is_refused_with_a_clear_message(
+    world: World,
+) -> None:
+    from notifications.models import AlertRule
+
+    client = world.client_for(world.alice)
+    form = {
+        "job": world.a.job.pk,
+        "endpoint": world.a.endpoint.pk,
+        "enabled": "on",
+        "after_failures": "3",
+        "on_recovery": "on",
+        "on_pause": "on",
+        "stale_factor": "0",
+    }
+    response = client.post(reverse("admin:notifications_alertrule_add"), form)
+    assert response.status_code == 200
+    assert "not both, not neither" in response.content.decode()
+    form["job"] = ""
+    assert client.post(reverse("admin:notifications_alertrule_add"), form).status_code == 302
+    assert AlertRule.objects.get().endpoint == world.a.endpoint
