@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -297,19 +297,10 @@ def _outside_quiet_hours(alerts: list[Alert], now: datetime) -> list[Alert]:
 def compose(alerts: Sequence[Alert], now: datetime) -> Message:
     """One alert's message, or a digest of a job's alerts."""
     job = alerts[0].job
-    lines = [
-        f"{alert.endpoint.job.name}/{alert.endpoint.name} {alert.kind}: {alert.detail}"
-        for alert in alerts
-    ]
     if len(alerts) == 1:
-        subject = (
-            f"[Cronicorn] {alerts[0].endpoint.job.name}/{alerts[0].endpoint.name} "
-            f"{_headline(alerts[0].kind)}"
-        )
+        subject = f"[Cronicorn] {_ref(alerts[0])} {_headline(alerts[0].kind)}"
     else:
-        counts: dict[str, int] = defaultdict(int)
-        for alert in alerts:
-            counts[alert.kind] += 1
+        counts = Counter(alert.kind for alert in alerts)
         summary = ", ".join(f"{n} {kind}" for kind, n in counts.items())
         subject = f"[Cronicorn] {job.name}: {len(alerts)} endpoints changed ({summary})"
     payload = {
@@ -319,7 +310,7 @@ def compose(alerts: Sequence[Alert], now: datetime) -> Message:
         "sent_at": now.isoformat(),
         "alerts": [
             {
-                "endpoint": f"{alert.endpoint.job.name}/{alert.endpoint.name}",
+                "endpoint": _ref(alert),
                 "endpoint_id": alert.endpoint_id,
                 "event": alert.kind,
                 "detail": alert.detail,
@@ -328,7 +319,13 @@ def compose(alerts: Sequence[Alert], now: datetime) -> Message:
             for alert in alerts
         ],
     }
-    return Message(subject=subject, body="\n".join(lines), payload=payload)
+    body = "\n".join(f"{_ref(alert)} {alert.kind}: {alert.detail}" for alert in alerts)
+    return Message(subject=subject, body=body, payload=payload)
+
+
+def _ref(alert: Alert) -> str:
+    # An alert's job is its endpoint's (both loaded with the alert): no query per alert.
+    return f"{alert.job.name}/{alert.endpoint.name}"
 
 
 def _headline(kind: str) -> str:
