@@ -63,11 +63,16 @@ class Params:
     ceiling_seconds: float = 5.0
     label: str = ""
     extra_env: dict[str, str] = field(default_factory=dict)
+    # Alerts (bench/alert_lateness.py): endpoints that fail (each in its own job, so each
+    # alert is a delivery of its own) and webhook channels that never answer.
+    failing: int = 0
+    dead_channels: int = 0
+    database_suffix: str = ""
 
     def database_url(self) -> str:
         if self.database == "sqlite":
-            return sqlite_url(f"bench_{self.mode}")
-        return pg_url(f"cc_bench_{self.mode}")
+            return sqlite_url(f"bench_{self.mode}{self.database_suffix}")
+        return pg_url(f"cc_bench_{self.mode}{self.database_suffix}")
 
 
 class Processes:
@@ -207,6 +212,50 @@ def make_endpoints(params: Params, url: str) -> None:
     )
 
 
+def make_alerting(params: Params, refused_url: str, dead_url: str) -> None:
+    """``failing`` endpoints calling a refused port, each in its own job, and
+    ``dead_channels`` webhook channels of the same tenant on a port that never answers."""
+    from django.utils import timezone
+
+    from endpoints.models import Endpoint, Job, Tenant
+    from notifications.models import AlertRule, Channel, ChannelKind
+
+    tenant = Tenant.objects.get(name="bench")
+    later = timezone.now() + FAR_FUTURE
+    for i in range(params.failing):
+        job = Job.objects.create(tenant=tenant, name=f"failing-{i}")
+        AlertRule.objects.create(job=job, after_failures=1)
+        Endpoint.objects.create(
+            job=job, name="down", url=refused_url, baseline_interval_ms=params.interval_ms,
+            min_interval_ms=params.interval_ms, max_interval_ms=params.interval_ms,
+            timeout_ms=5000, next_run_at=later, next_run_source="baseline-interval",
+        )  # fmt: skip
+    for i in range(params.dead_channels):
+        Channel.objects.create(
+            tenant=tenant, name=f"dead-{i}", kind=ChannelKind.WEBHOOK, target=dead_url
+        )
+
+
+def black_hole() -> socket.socket:
+    """A port that completes TCP handshakes (the kernel does, up to the backlog) but never
+    reads or answers: every request to it waits for its deadline."""
+    hole = socket.socket()
+    hole.bind(("127.0.0.1", 0))
+    hole.listen(4096)
+    return hole
+
+
+def alert_figures(start: datetime, end: datetime) -> dict[str, Any]:
+    from notifications.models import Alert, DeliveryAttempt
+
+    attempts = DeliveryAttempt.objects.filter(at__gte=start, at__lt=end)
+    return {
+        "alerts": Alert.objects.count(),
+        "delivery_attempts_in_window": attempts.count(),
+        "failed_attempts_in_window": attempts.filter(ok=False).count(),
+    }
+
+
 def make_due(params: Params, start: datetime) -> None:
     """Spread the first runs evenly over one interval from ``start``: a steady rate."""
     from endpoints.models import Slot
@@ -279,6 +328,10 @@ def start_celery(params: Params, procs: Processes) -> dict[str, int]:
         args = celery_args(f"execute{k}", "execute", "threads", params.celery_concurrency)
         pids[f"execute worker {k}"] = procs.start(f"execute{k}", args).pid
         names.append(args[args.index("-n") + 1])
+    if params.failing or params.dead_channels:
+        notify_args = celery_args("notify", "notify", "threads", 2)
+        pids["notify worker"] = procs.start("notify", notify_args).pid
+        names.append(notify_args[notify_args.index("-n") + 1])
     tick_args = celery_args("tick", "tick", "solo", 1)
     pids["tick worker"] = procs.start("tick", tick_args).pid
     names.append(tick_args[tick_args.index("-n") + 1])
@@ -374,6 +427,12 @@ def run(params: Params) -> dict[str, Any]:
         target = f"http://127.0.0.1:{port}/ping"
         result["raw_http"] = raw_http_ceiling(target, params.threads, params.ceiling_seconds)
         make_endpoints(params, target)
+        hole = black_hole()
+        make_alerting(
+            params,
+            f"http://127.0.0.1:{free_port()}/refused",
+            f"http://127.0.0.1:{hole.getsockname()[1]}/hook",
+        )
         starter = start_celery if params.mode == "celery" else start_runscheduler
         pids = {"server": server.pid, **starter(params, procs)}
         if (redis := redis_pid()) and params.mode == "celery":
@@ -391,6 +450,8 @@ def run(params: Params) -> dict[str, Any]:
         result["load_during"] = load()
         _sleep_until(window_end + timedelta(seconds=2))  # let runs of the window finish
         result.update(window_figures(window_start, window_end))
+        result.update(alert_figures(window_start, window_end))
+        hole.close()
         result["cpu"] = _cpu_report(cpu, result["runs_finished"], params.window)
         result["alive"] = {name: child.poll() is None for name, child in procs.children.items()}
     return result

@@ -103,7 +103,12 @@ def mask_secrets(text: str) -> str:
 
 def _configured_secrets() -> list[str]:
     """The secret values this deployment is configured with, once settings are loaded."""
-    names = ("SECRET_KEY", "CRONICORN_LLM_API_KEY", "CRONICORN_METRICS_TOKEN")
+    names = (
+        "SECRET_KEY",
+        "CRONICORN_LLM_API_KEY",
+        "CRONICORN_METRICS_TOKEN",
+        "EMAIL_HOST_PASSWORD",
+    )
     try:
         values = [str(getattr(settings, name, "") or "") for name in names]
     except ImproperlyConfigured:  # a process without Django settings (a bare script)

@@ -117,6 +117,7 @@ INSTALLED_APPS = [
     "endpoints",
     "planner",
     "api",
+    "notifications",
 ]
 
 MIDDLEWARE = [
@@ -280,6 +281,25 @@ CACHES = {
         else {"BACKEND": "django.core.cache.backends.locmem.LocMemCache", "LOCATION": "api"}
     ),
 }
+# Alerts (notifications app): the notify cycle's period, how long a job's alerts wait for
+# others to share one digest, and each send's deadline, retries and backoff.
+CRONICORN_NOTIFY_SECONDS = env_float("CRONICORN_NOTIFY_SECONDS", 5.0, minimum=0.1)
+CRONICORN_ALERT_DIGEST_SECONDS = env_float("CRONICORN_ALERT_DIGEST_SECONDS", 10.0, minimum=0.0)
+CRONICORN_NOTIFY_TIMEOUT_SECONDS = env_float("CRONICORN_NOTIFY_TIMEOUT_SECONDS", 10.0, minimum=0.1)
+CRONICORN_NOTIFY_MAX_ATTEMPTS = env_int("CRONICORN_NOTIFY_MAX_ATTEMPTS", 5, minimum=1)
+CRONICORN_NOTIFY_RETRY_SECONDS = env_float("CRONICORN_NOTIFY_RETRY_SECONDS", 30.0, minimum=0.0)
+CRONICORN_NOTIFY_CHANNEL_FAILING_AFTER = env_int(
+    "CRONICORN_NOTIFY_CHANNEL_FAILING_AFTER", 3, minimum=1
+)
+# Email alerts go through Django's email backend: SMTP by default, any backend by path.
+EMAIL_BACKEND = env_str("EMAIL_BACKEND", "django.core.mail.backends.smtp.EmailBackend")
+EMAIL_HOST = env_str("EMAIL_HOST", "localhost")
+EMAIL_PORT = env_int("EMAIL_PORT", 25, minimum=1)
+EMAIL_HOST_USER = env_str("EMAIL_HOST_USER", "")
+EMAIL_HOST_PASSWORD = env_str("EMAIL_HOST_PASSWORD", "")
+EMAIL_USE_TLS = env_bool("EMAIL_USE_TLS", False)
+EMAIL_USE_SSL = env_bool("EMAIL_USE_SSL", False)
+DEFAULT_FROM_EMAIL = env_str("DEFAULT_FROM_EMAIL", "cronicorn@localhost")
 
 # Operations.
 CRONICORN_METRICS_TOKEN = env_str("CRONICORN_METRICS_TOKEN", "")
@@ -332,6 +352,9 @@ LOGGING = {
         "celery.beat": {"level": "WARNING"},
         "celery.app.trace": {"level": "WARNING"},
         "celery.worker.strategy": {"level": "WARNING"},
+        # Apprise logs a channel's URL, tokens included; notifications/transports.py
+        # captures its reasons for the delivery record instead, scrubbed.
+        "apprise": {"handlers": [], "level": "CRITICAL", "propagate": False},
     },
 }
 
@@ -344,6 +367,7 @@ CELERY_TASK_ROUTES = {
     "cronicorn.prune_runs": {"queue": "maintenance"},
     "cronicorn.plan_cycle": {"queue": "planner"},
     "cronicorn.analyze_endpoint": {"queue": "planner"},
+    "cronicorn.notify_cycle": {"queue": "notify"},
 }
 CELERY_BEAT_SCHEDULE = {
     # A tick that is not taken within its own period is worthless: the next one replaces it.
@@ -358,5 +382,11 @@ CELERY_BEAT_SCHEDULE = {
         "task": "cronicorn.plan_cycle",
         "schedule": float(CRONICORN_PLANNER_SECONDS),
         "options": {"expires": float(CRONICORN_PLANNER_SECONDS)},
+    },
+    # Alerts are detected and sent apart from runs: a dead channel never delays one.
+    "notify-cycle": {
+        "task": "cronicorn.notify_cycle",
+        "schedule": CRONICORN_NOTIFY_SECONDS,
+        "options": {"expires": CRONICORN_NOTIFY_SECONDS},
     },
 }

@@ -10,6 +10,7 @@ hints, planner sessions), which nobody edits. Only superusers delete or manage t
 from __future__ import annotations
 
 from collections.abc import Callable
+from datetime import datetime
 from typing import Any, ClassVar
 
 from django.contrib import admin, messages
@@ -35,6 +36,7 @@ from endpoints.admin_display import (
     pretty_json,
     run_link,
     status_badge,
+    waiting_words,
     when,
     when_precisely,
 )
@@ -50,9 +52,16 @@ from endpoints.admin_filters import (
     user_tenant_ids,
 )
 from endpoints.admin_forms import EndpointAdminForm, PauseUntilForm, TenantAdminForm
-from endpoints.charts import Bar, chart_legend, duration_chart
+from endpoints.charts import (
+    Bar,
+    Period,
+    adaptation_chart,
+    adaptation_legend,
+    chart_legend,
+    duration_chart,
+)
 from endpoints.governor import EndpointSchedule, explain_plan
-from endpoints.models import Endpoint, HintHistory, Job, Run, Tenant
+from endpoints.models import Endpoint, HintHistory, HintKind, Job, Run, RunStatus, Tenant
 from endpoints.schedules import describe_schedule, format_interval
 from endpoints.secrets import USERINFO_REGEX
 from planner.models import AnalysisSession
@@ -62,6 +71,7 @@ admin.site.site_title = "Cronicorn"
 admin.site.index_title = "Scheduler"
 
 RECENT_RUNS = 50
+ADAPTATION_RUNS = 300
 RECENT_RUNS_LISTED = 15
 RECENT_SESSIONS = 5
 LIST_TEST_CAP = 10
@@ -285,6 +295,7 @@ class EndpointAdmin(TenantScopedAdmin):
     actions = tuple(_list_action(name) for name in OPERATIONS)
     readonly_fields = (
         "next_run_explained",
+        "waiting",
         "active_hint",
         "pause_state",
         "failure_count",
@@ -305,6 +316,7 @@ class EndpointAdmin(TenantScopedAdmin):
         {
             "fields": (
                 "next_run_explained",
+                "waiting",
                 "active_hint",
                 "pause_state",
                 "failure_count",
@@ -416,6 +428,12 @@ class EndpointAdmin(TenantScopedAdmin):
             '{} <a href="{}">(hint history)</a>', hint_summary(obj, timezone.now()), history
         )
 
+    @admin.display(description="waiting")
+    def waiting(self, obj: Endpoint) -> str:
+        running = Run.objects.filter(endpoint__job_id=obj.job_id, status=RunStatus.RUNNING)
+        words = waiting_words(obj, timezone.now(), in_flight_of_job=running.count())
+        return words or "No."
+
     @admin.display(description="paused")
     def pause_state(self, obj: Endpoint) -> str:
         if not obj.is_paused(timezone.now()):
@@ -452,7 +470,16 @@ class EndpointAdmin(TenantScopedAdmin):
             ]
         )
         bars = [Bar(r.started_at, r.duration_ms, r.status) for r in reversed(runs)]
+        now = timezone.now()
+        recent = endpoint.runs.order_by("-started_at").values_list(
+            "started_at", "duration_ms", "status"
+        )[:ADAPTATION_RUNS]
+        timeline = [Bar(*row) for row in reversed(recent)]
         return {
+            "adaptation_chart": adaptation_chart(
+                timeline, adaptation_periods(endpoint, timeline, now), now=now
+            ),
+            "adaptation_legend": adaptation_legend(),
             "recent_runs": runs[:RECENT_RUNS_LISTED],
             "runs_url": reverse("admin:endpoints_run_changelist") + f"?endpoint={endpoint.pk}",
             "duration_chart": duration_chart(bars, slots=RECENT_RUNS),
@@ -682,3 +709,30 @@ class HintHistoryAdmin(RecordAdmin):
             url = reverse("admin:planner_analysissession_change", args=[obj.session_id])
             return format_html('<a href="{}">planner session {}</a>', url, obj.session_id)
         return obj.created_by.get_username() if obj.created_by else "—"
+
+
+def adaptation_periods(endpoint: Endpoint, bars: list[Bar], now: datetime) -> list[Period]:
+    """The hints and pauses written since the first run charted, each until it expired,
+    was replaced or was cleared (the next hint record of the same family ends it)."""
+    if not bars:
+        return []
+    records = list(
+        HintHistory.objects.filter(endpoint=endpoint, created_at__gte=bars[0].started_at)
+        .order_by("created_at")
+        .values_list("kind", "created_at", "expires_at", "paused_until", "reason")
+    )
+    periods = []
+    for index, (kind, start, expires, paused_until, reason) in enumerate(records):
+        family = _family(kind)
+        if kind in (HintKind.RESUME, HintKind.CLEAR):
+            continue
+        end = paused_until if family == "pause" else expires
+        later = [r[1] for r in records[index + 1 :] if _family(r[0]) == family]
+        end = min([t for t in (end, *later[:1], now) if t is not None])
+        label = f"{kind}: {reason or 'no reason given'} (until {end:%H:%M:%S})"
+        periods.append(Period(start, end, family, label))
+    return periods
+
+
+def _family(kind: str) -> str:
+    return "pause" if kind in (HintKind.PAUSE, HintKind.RESUME) else "hint"

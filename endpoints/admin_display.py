@@ -100,3 +100,26 @@ def pretty_json(value: Any) -> SafeString:
     if len(text) > PRETTY_JSON_LIMIT:
         text = text[:PRETTY_JSON_LIMIT] + "\n… (cut for display)"
     return format_html('<pre class="cc-json">{}</pre>', text)
+
+
+def waiting_words(endpoint: Endpoint, now: datetime, *, in_flight_of_job: int) -> str:
+    """Why the endpoint is not running now when it is waiting, else ''."""
+    if endpoint.archived_at:
+        return ""
+    if endpoint.is_paused(now):
+        reason = endpoint.pause_reason or "no reason given"
+        return f"Paused until {when(endpoint.paused_until)}: {reason}."
+    due = endpoint.next_run_at is not None and endpoint.next_run_at <= now
+    limit = endpoint.job.max_concurrent
+    if due and limit is not None and in_flight_of_job >= limit:
+        return (
+            f"Due, waiting for a free place: its job runs at most {limit} at once and "
+            f"{in_flight_of_job} are running."
+        )
+    if endpoint.failure_count and endpoint.baseline_interval_ms and endpoint.next_run_at:
+        factor = 2 ** min(endpoint.failure_count, 5)
+        return (
+            f"Backing off after {endpoint.failure_count} failure(s) in a row: "
+            f"{factor} times the interval, next attempt at {when(endpoint.next_run_at)}."
+        )
+    return ""

@@ -10,6 +10,11 @@ The format (``export_config`` writes it, ``plan_import`` reads it)::
         min_interval: 1s
         monthly_token_budget: 500000
         hmac_secret: ${CRONICORN_SECRET_ACME_HMAC}
+        channels:                     # alert channels (the notifications app)
+          - name: oncall
+            kind: webhook             # email | webhook | apprise
+            target: ${CRONICORN_SECRET_ACME_ONCALL_URL}
+            enabled: true
         jobs:
           - name: billing
             description: Nightly billing and its health checks.
@@ -32,14 +37,16 @@ Jobs and endpoints are declarative: a key left out takes its default, so the fil
 whole definition. Runtime state (next run, hints, pauses, failures, job status) is never
 touched. Durations accept ``90s``/``5m``/``1h30m``/``1d`` or plain milliseconds.
 
-Secrets: ``${CRONICORN_SECRET_NAME}`` in a header value, the URL or ``hmac_secret`` is
-replaced by that environment variable (unset is an error). Only names starting with
-``CRONICORN_SECRET_`` are read: any other ``${...}`` is refused, so a file cannot send
-the server's own settings (``DJANGO_SECRET_KEY``, the LLM key) to a URL of its choice.
-Export never writes a secret: every secret header (listed in ``secret_headers`` in any
-letter case, or named like a credential), a URL's password and the HMAC secret are
-written as a ``${CRONICORN_SECRET_...}`` reference named after tenant, job, endpoint and
-header, which must be set in the environment when the file is imported again.
+Secrets: ``${CRONICORN_SECRET_NAME}`` in a header value, the URL, ``hmac_secret`` or a
+channel's ``target`` is replaced by that environment variable (unset is an error). Only
+names starting with ``CRONICORN_SECRET_`` are read: any other ``${...}`` is refused, so a
+file cannot send the server's own settings (``DJANGO_SECRET_KEY``, the LLM key) to a URL
+of its choice. Export never writes a secret: every secret header (listed in
+``secret_headers`` in any letter case, or named like a credential), a URL's password, the
+HMAC secret and every channel target are written as a ``${CRONICORN_SECRET_...}``
+reference named after tenant, job, endpoint and header (or channel), which must be set in
+the environment when the file is imported again. Channels, like jobs, are declarative;
+ones the file leaves out are kept.
 
 Import is all or nothing: every entry is checked (schema, then the model's ``full_clean``,
 the single home of the rules) before anything is written, every problem is reported with
@@ -57,6 +64,7 @@ from datetime import datetime
 from typing import Any, cast
 
 import yaml
+from django.apps import apps
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core.exceptions import NON_FIELD_ERRORS, ValidationError
@@ -292,6 +300,12 @@ def _whole(value: Any) -> int:
     return value
 
 
+def _flag(value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise _Invalid(f"expected true or false, got {_type_name(value)}")
+    return value
+
+
 def _method(value: Any) -> str:
     method = _text(value).strip().upper()
     if method not in HttpMethod.values:
@@ -356,6 +370,11 @@ _ENDPOINT_KEYS = {
     "min_interval": _Key("min_interval_ms", _duration, _interval_to_file),
     "max_interval": _Key("max_interval_ms", _duration, _interval_to_file),
 }
+_CHANNEL_KEYS = {
+    "kind": _Key("kind", _text),
+    "target": _Key("target", lambda value: value),  # resolved with its references
+    "enabled": _Key("enabled", _flag),
+}
 _SCHEDULE_CHOICE = frozenset({"baseline_cron", "baseline_interval_ms"})
 DEFINITION_FIELDS = tuple(key.model_field for key in _ENDPOINT_KEYS.values())
 # Changing any of these moves the next run, so it is recomputed through the governor.
@@ -386,6 +405,14 @@ class JobSpec:
 
 
 @dataclass
+class ChannelSpec:
+    where: str
+    name: str
+    values: dict[str, Any]
+    failed: frozenset[str]
+
+
+@dataclass
 class TenantSpec:
     where: str
     name: str
@@ -393,6 +420,7 @@ class TenantSpec:
     members: list[str] | None
     failed: frozenset[str]
     jobs: list[JobSpec]
+    channels: list[ChannelSpec] = field(default_factory=list)
 
 
 @dataclass
@@ -518,7 +546,7 @@ def read_config(document: Any, *, environ: Mapping[str, str]) -> Config:
 
 
 def _read_tenant(reader: _Reader, raw: Any, where: str, seen: dict[str, str]) -> TenantSpec | None:
-    allowed = ["name", "members", "hmac_secret", "jobs", *_TENANT_KEYS]
+    allowed = ["name", "members", "hmac_secret", "channels", "jobs", *_TENANT_KEYS]
     start = len(reader.problems)
     if (mapping := reader.mapping(raw, where, allowed)) is None:
         return None
@@ -542,7 +570,29 @@ def _read_tenant(reader: _Reader, raw: Any, where: str, seen: dict[str, str]) ->
         for job_where, job_raw in reader.items(mapping, "jobs", where)
         if (spec := _read_job(reader, job_raw, job_where, job_names)) is not None
     ]
-    return TenantSpec(where, name, values, members, failed, jobs)
+    channel_names: dict[str, str] = {}
+    channels = [
+        channel
+        for channel_where, channel_raw in reader.items(mapping, "channels", where)
+        if (channel := _read_channel(reader, channel_raw, channel_where, channel_names)) is not None
+    ]
+    return TenantSpec(where, name, values, members, failed, jobs, channels)
+
+
+def _read_channel(
+    reader: _Reader, raw: Any, where: str, seen: dict[str, str]
+) -> ChannelSpec | None:
+    start = len(reader.problems)
+    if (mapping := reader.mapping(raw, where, ["name", *_CHANNEL_KEYS])) is None:
+        return None
+    values = reader.values(mapping, where, _CHANNEL_KEYS)
+    if "target" in mapping:
+        try:
+            values["target"] = reader.resolve(mapping["target"], f"{where}.target")
+        except _Invalid as exc:
+            reader.add(f"{where}.target", str(exc))
+    name = reader.name(mapping, where, seen, "channel")
+    return ChannelSpec(where, name, values, reader.failed_fields(start, where, _CHANNEL_KEYS))
 
 
 def _read_job(reader: _Reader, raw: Any, where: str, seen: dict[str, str]) -> JobSpec | None:
@@ -712,6 +762,9 @@ def _plan_tenant(planner: _Planner, spec: TenantSpec) -> None:
     write = _record(planner, "tenant", spec.name, tenant, old, _TENANT_KEYS)
     if spec.members is not None:
         _plan_members(planner, spec, tenant, write)
+    for channel_spec in spec.channels:
+        if channel_spec.name:
+            _plan_channel(planner, tenant, channel_spec)
     live_after = 0
     for job_spec in spec.jobs:
         live_after += _plan_job(planner, tenant, job_spec) if job_spec.name else 0
@@ -725,6 +778,23 @@ def _plan_tenant(planner: _Planner, spec: TenantSpec) -> None:
             f"{spec.where}: the tenant would have {live_after} endpoints but max_endpoints is "
             f"{tenant.max_endpoints}; raise max_endpoints or declare fewer endpoints"
         )
+
+
+def _plan_channel(planner: _Planner, tenant: Tenant, spec: ChannelSpec) -> None:
+    """An alert channel of the notifications app, checked by its model like the rest."""
+    if not apps.is_installed("notifications"):
+        planner.problems.append(f"{spec.where}: alert channels need the notifications app")
+        return
+    model = apps.get_model("notifications", "Channel")
+    existing = model.objects.filter(tenant=tenant, name=spec.name).first() if tenant.pk else None
+    channel = existing or model(tenant=tenant, name=spec.name)
+    channel.tenant = tenant
+    desired = {"kind": "", "target": "", "enabled": True, **spec.values}
+    old = _snapshot(channel, desired)
+    for model_field, value in desired.items():
+        setattr(channel, model_field, value)
+    _validate(planner, channel, spec, _CHANNEL_KEYS, exclude=["tenant"])
+    _record(planner, "channel", f"{tenant.name}/{spec.name}", channel, old, _CHANNEL_KEYS)
 
 
 def _plan_members(planner: _Planner, spec: TenantSpec, tenant: Tenant, write: _Write) -> None:
@@ -834,8 +904,8 @@ def _describe(
     new = getattr(instance, name)
     if name == "archived_at":
         return [FieldChange("archived", "yes", "no")]
-    if name == "hmac_secret":
-        return [FieldChange("hmac_secret", MASK if old[name] else "", MASK if new else "")]
+    if name in ("hmac_secret", "target"):
+        return [FieldChange(name, MASK if old[name] else "", MASK if new else "")]
     if name == "headers":
         endpoint = cast(Endpoint, instance)
         secret = {*old.get("secret_header_names", []), *endpoint.secret_header_names}
@@ -961,6 +1031,8 @@ def _export_tenant(tenant: Tenant, job_filter: list[str], references: list[str])
             entry[key] = spec.to_file(value)
     if tenant.hmac_secret:
         entry["hmac_secret"] = _reference(references, tenant.name, "HMAC_SECRET")
+    if channels := _export_channels(tenant, references):
+        entry["channels"] = channels
     jobs = tenant.jobs.order_by("name")
     if job_filter:
         jobs = jobs.filter(name__in=job_filter)
@@ -968,6 +1040,22 @@ def _export_tenant(tenant: Tenant, job_filter: list[str], references: list[str])
     if exported:
         entry["jobs"] = exported
     return entry
+
+
+def _export_channels(tenant: Tenant, references: list[str]) -> list[dict[str, Any]]:
+    """Alert channels, each target (a secret) as a reference."""
+    if not apps.is_installed("notifications"):
+        return []
+    model = apps.get_model("notifications", "Channel")
+    return [
+        {
+            "name": channel.name,
+            "kind": channel.kind,
+            "target": _reference(references, tenant.name, "CHANNEL", channel.name),
+            **({} if channel.enabled else {"enabled": False}),
+        }
+        for channel in model.objects.filter(tenant=tenant).order_by("name")
+    ]
 
 
 def _export_job(tenant: Tenant, job: Job, references: list[str]) -> dict[str, Any]:

@@ -11,15 +11,15 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 from typing import Any
 
+from django.apps import apps
 from django.conf import settings
 from django.db.models import Count, OuterRef, Q, Subquery, Sum
 
 from endpoints import scheduling
-from endpoints.models import Endpoint, Run, RunStatus, RunTrigger, Slot, Tenant
+from endpoints.models import Endpoint, Run, RunStatus, Slot, Tenant
 from planner.models import AnalysisSession
 
 FAILING_SHOWN = 10
-LATENESS_SAMPLE = 10_000
 FAILED = (RunStatus.FAILURE, RunStatus.TIMEOUT, RunStatus.LOST)
 
 
@@ -33,6 +33,7 @@ def build_dashboard(*, tenant_ids: list[int] | None, now: datetime) -> dict[str,
         "tick_stale": _tick_stale(health),
         "failing": _failing_endpoints(tenant_ids),
         "planner": _planner_usage(tenant_ids, now),
+        "channels_failing": _channels_failing(tenant_ids),
         "scoped": tenant_ids is not None,
     }
 
@@ -59,20 +60,8 @@ def _tenant_health(tenant_ids: list[int], now: datetime) -> dict[str, Any]:
         "in_flight": runs.filter(status=RunStatus.RUNNING).count(),
         "runs_last_hour": counts["total"],
         "failures_last_hour": counts["failed"],
-        "lateness_p95_ms": _lateness_p95(hour),
+        **scheduling.lateness_stats(hour),
     }
-
-
-def _lateness_p95(runs: Any) -> float | None:
-    pairs = (
-        runs.filter(trigger__in=[RunTrigger.SCHEDULED, RunTrigger.RETRY])
-        .order_by("-started_at")
-        .values_list("scheduled_for", "started_at")[:LATENESS_SAMPLE]
-    )
-    late = sorted(max(0.0, (started - due).total_seconds() * 1000) for due, started in pairs)
-    if not late:
-        return None
-    return round(late[min(len(late) - 1, round(0.95 * (len(late) - 1)))], 1)
 
 
 def _failing_endpoints(tenant_ids: list[int] | None) -> list[Endpoint]:
@@ -88,6 +77,18 @@ def _failing_endpoints(tenant_ids: list[int] | None) -> list[Endpoint]:
         )
         .order_by("-failure_count", "job__name", "name")[:FAILING_SHOWN]
     )
+
+
+def _channels_failing(tenant_ids: list[int] | None) -> list[Any] | None:
+    """Alert channels marked failing; None when the notifications app is not installed."""
+    if not apps.is_installed("notifications"):
+        return None
+    channels = apps.get_model("notifications", "Channel").objects.filter(
+        failing_since__isnull=False
+    )
+    if tenant_ids is not None:
+        channels = channels.filter(tenant__in=tenant_ids)
+    return list(channels.select_related("tenant").order_by("failing_since")[:FAILING_SHOWN])
 
 
 def _planner_usage(tenant_ids: list[int] | None, now: datetime) -> list[dict[str, Any]]:

@@ -26,7 +26,7 @@ A renewer thread keeps the leases of every claim the dispatcher holds (waiting f
 time, or with its run in flight) alive, every third of ``CRONICORN_LEASE_SECONDS``: a
 live process keeps its claims however long its runs take, a dead or stopped one loses
 them within one lease (DESIGN "Life of a run", step 6). A claim starts at its slot, or
-for a catch-up at the later time its claim gave it (``scheduling.catch_up_start``).
+for a catch-up at the later time its claim gave it (``scheduling.spread_start``).
 
 Starter, writer and renewer threads keep their database connection between batches and
 close it when the dispatcher stops; they are daemons, so a shutdown that gives up on a
@@ -58,9 +58,9 @@ from endpoints.scheduling import (
     Claim,
     Outcome,
     Started,
-    catch_up_offset,
     record_outcomes,
     renew_leases,
+    spread_offset,
     start_claims,
 )
 
@@ -345,7 +345,7 @@ class ClaimDispatcher:
         with self._condition:
             at = time.time() + START_RETRY
             for claim, future in retry:
-                spread = catch_up_offset(claim.endpoint_id).total_seconds()
+                spread = spread_offset(claim.endpoint_id).total_seconds()
                 heapq.heappush(self._heap, (at + spread, next(self._order), claim, future))
             self._condition.notify()
 

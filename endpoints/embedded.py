@@ -2,8 +2,9 @@
 
 A tick loop claims what is due and hands each claim to a ``ClaimDispatcher``, which
 starts it at its scheduled time on a thread pool; a maintenance loop sweeps zombies and
-prunes old runs; a planner loop runs ``planner.analysis.plan_cycle`` when the planner
-app provides it. They call the very functions the Celery tasks call.
+prunes old runs; a planner loop runs ``planner.analysis.plan_cycle`` and a notify loop
+``notifications.alerts.notify_cycle`` when those apps provide them. They call the very
+functions the Celery tasks call.
 """
 
 from __future__ import annotations
@@ -22,26 +23,47 @@ from django.utils import timezone
 
 from endpoints import scheduling
 from endpoints.dispatch import ClaimDispatcher
+from endpoints.schedules import describe_duration
 
 logger = logging.getLogger("cronicorn.scheduler")
 
 PRUNE_EVERY_SECONDS = 3600.0
+# The summary line: once a minute, when at least this many runs happened in it (fewer
+# are read line by line).
+SUMMARY_SECONDS = 60.0
+SUMMARY_MIN_RUNS = 20
 
 
 def load_plan_cycle() -> Callable[..., Any] | None:
     """The planner's cycle function, or None when the planner is not installed."""
+    return _load_cycle("planner.analysis", "plan_cycle")
+
+
+def load_notify_cycle() -> Callable[..., Any] | None:
+    """The alerts' cycle function, or None when the notifications app is not installed."""
+    return _load_cycle("notifications.alerts", "notify_cycle")
+
+
+def _load_cycle(module_name: str, name: str) -> Callable[..., Any] | None:
     try:
-        module = importlib.import_module("planner.analysis")
+        module = importlib.import_module(module_name)
     except ImportError:
-        logger.info("planner.analysis is not available; the planner loop is off")
+        logger.info("%s is not available; its loop is off", module_name)
         return None
-    return getattr(module, "plan_cycle", None)
+    return getattr(module, name, None)
 
 
 class EmbeddedScheduler:
-    def __init__(self, *, max_in_flight: int, plan_cycle: Callable[..., Any] | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        max_in_flight: int,
+        plan_cycle: Callable[..., Any] | None = None,
+        notify_cycle: Callable[..., Any] | None = None,
+    ) -> None:
         self.dispatcher = ClaimDispatcher(max_in_flight=max_in_flight)
         self.plan_cycle = plan_cycle
+        self.notify_cycle = notify_cycle
         self._last_prune = float("-inf")
 
     # --- Work units (one pass each; tests call them) ---
@@ -74,6 +96,28 @@ class EmbeddedScheduler:
             logger.exception("planner cycle failed; the next one runs on schedule")
             return 0
 
+    def notify_once(self, *, now: datetime | None = None) -> None:
+        """One alerts cycle. Never raises: a dead channel must not stop the scheduler."""
+        if self.notify_cycle is None:
+            return
+        try:
+            self.notify_cycle(now=now or timezone.now())
+        except Exception:
+            logger.exception("notify cycle failed; the next one runs on schedule")
+
+    def summarize_once(self, *, now: datetime | None = None) -> None:
+        """The minute's one-line summary, when runs are too frequent to read line by line."""
+        summary = scheduling.minute_summary(now=now or timezone.now())
+        if summary["runs"] >= SUMMARY_MIN_RUNS:
+            logger.info(
+                "last minute: %d runs, %d failed, lateness p95 %s, %d in flight",
+                summary["runs"],
+                summary["failures"],
+                describe_duration(summary["lateness_p95_ms"]),
+                self.dispatcher.in_flight,
+                extra={**summary, "in_flight": self.dispatcher.in_flight},
+            )
+
     # --- Loops ---
 
     def run(self, stop: threading.Event, *, duration: float | None = None) -> None:
@@ -86,9 +130,13 @@ class EmbeddedScheduler:
         side_loops = [
             (self.maintain_once, float(settings.CRONICORN_MAINTENANCE_SECONDS), "maintenance"),
             (self.plan_once, float(settings.CRONICORN_PLANNER_SECONDS), "planner"),
+            (self.notify_once, settings.CRONICORN_NOTIFY_SECONDS, "notify"),
+            (self.summarize_once, SUMMARY_SECONDS, "summary"),
         ]
         for work, every, name in side_loops:
-            if work is self.plan_once and self.plan_cycle is None:
+            if (work is self.plan_once and self.plan_cycle is None) or (
+                work is self.notify_once and self.notify_cycle is None
+            ):
                 continue
             thread = threading.Thread(
                 target=_repeat, args=(work, every, stop, name), name=f"cronicorn-{name}"

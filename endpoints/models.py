@@ -382,6 +382,18 @@ class Endpoint(models.Model):
                 name="endpoints_endpoint_analysis",
                 condition=Q(archived_at__isnull=True),
             ),
+            # Used by the notify cycle (notifications/alerts.py): endpoints failing now.
+            models.Index(
+                fields=["failure_count"],
+                name="endpoints_endpoint_failing",
+                condition=Q(failure_count__gt=0),
+            ),
+            # Used by the notify cycle: endpoints paused (now or once).
+            models.Index(
+                fields=["paused_until"],
+                name="endpoints_endpoint_paused",
+                condition=Q(paused_until__isnull=False),
+            ),
         ]
 
     def __str__(self) -> str:

@@ -218,3 +218,16 @@ def describe_delta(delta: timedelta) -> str:
 
 
 _DELTA_UNITS = ((86_400, "day"), (3_600, "hour"), (60, "minute"), (1, "second"))
+
+
+_DURATION_UNITS = ((86_400_000, "d"), (3_600_000, "h"), (60_000, "min"), (1_000, "s"))
+
+
+def describe_duration(ms: float | None) -> str:
+    """A duration as people read it: '340 ms', '5.6 s', '5.6 min', '2.1 h', '3.0 d'."""
+    if ms is None:
+        return "—"
+    for size, unit in _DURATION_UNITS:
+        if abs(ms) >= size:
+            return f"{ms / size:.1f} {unit}"
+    return f"{ms:.0f} ms"

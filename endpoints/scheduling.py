@@ -62,7 +62,7 @@ from endpoints.models import (
     Slot,
     Source,
 )
-from endpoints.schedules import describe_delta
+from endpoints.schedules import describe_delta, describe_duration
 from endpoints.secrets import strip_userinfo
 from endpoints.validation import reason_problem
 
@@ -78,6 +78,10 @@ PRUNE_BATCH_SIZE = 1_000
 # Leases renewed per statement (SQLite allows a few thousand parameters).
 RENEW_CHUNK = 500
 HEALTH_LATENESS_SAMPLE = 10_000
+# A scheduled run that starts later than this is a catch-up after downtime (no scheduler
+# was running when it came due), counted apart from lateness. Leases and ticks are
+# seconds, so a running scheduler is never this late unless it is overloaded.
+CATCHUP_AFTER = timedelta(minutes=1)
 # After a scheduler error (not an endpoint failure) the endpoint is tried again this late.
 ERROR_RETRY = timedelta(minutes=1)
 RESULT_STATUS = {
@@ -134,27 +138,27 @@ class Claim:
         )
 
 
-# A slot claimed this late (seconds) was missed by at least one tick: the scheduler or
-# its database was down, or the slot's first claim was lost. Such catch-ups start at a
-# stable per-endpoint offset within CATCH_UP_SPREAD instead of at once, so that endpoints
+# A slot claimed this late was missed by at least one tick: the scheduler or its
+# database was down, or the slot's first claim was lost. Such a claim starts at a stable
+# per-endpoint offset within SPREAD_OVER instead of at once, so that endpoints
 # freed together do not keep one phase for good (start-to-start would keep the burst).
 # Slots claimed on time are never delayed, however late their workers start them.
-CATCH_UP_AFTER = timedelta(seconds=1)
-CATCH_UP_SPREAD = timedelta(seconds=1)
+SPREAD_WHEN_LATE_BY = timedelta(seconds=1)
+SPREAD_OVER = timedelta(seconds=1)
 # The golden ratio's fraction spreads consecutive endpoint ids evenly over the window.
 _SPREAD_STEP = 0.6180339887498949
 
 
-def catch_up_start(endpoint_id: int, scheduled_for: datetime, now: datetime) -> datetime | None:
-    """When a slot claimed at ``now`` should start, if it is a catch-up; else None."""
-    if now - scheduled_for <= CATCH_UP_AFTER:
+def spread_start(endpoint_id: int, scheduled_for: datetime, now: datetime) -> datetime | None:
+    """When a slot claimed at ``now`` should start, if it was missed by a tick; else None."""
+    if now - scheduled_for <= SPREAD_WHEN_LATE_BY:
         return None
-    return now + catch_up_offset(endpoint_id)
+    return now + spread_offset(endpoint_id)
 
 
-def catch_up_offset(endpoint_id: int) -> timedelta:
-    """The endpoint's stable place within ``CATCH_UP_SPREAD``."""
-    return CATCH_UP_SPREAD * ((endpoint_id * _SPREAD_STEP) % 1.0)
+def spread_offset(endpoint_id: int) -> timedelta:
+    """The endpoint's stable place within ``SPREAD_OVER``."""
+    return SPREAD_OVER * ((endpoint_id * _SPREAD_STEP) % 1.0)
 
 
 def _log(
@@ -174,6 +178,15 @@ def _log(
         "source": claim.source if claim else ids.get("source"),
     }
     logger.log(level, message, extra=context, exc_info=exc)
+
+
+def _ids(claim: Claim, run_id: int) -> dict[str, Any]:
+    return {
+        "endpoint_id": claim.endpoint_id,
+        "run_id": run_id,
+        "claim_token": str(claim.claim_token),
+        "source": claim.source,
+    }
 
 
 # --- Claim ----------------------------------------------------------------------------
@@ -283,7 +296,7 @@ def claim_due_endpoints(*, now: datetime, limit: int, horizon_ms: int) -> list[C
             scheduled_for=scheduled_for,
             source=source or "",
             trigger=RunTrigger.MANUAL if source == Source.MANUAL else RunTrigger.SCHEDULED,
-            start_at=catch_up_start(endpoint_id, scheduled_for, now),
+            start_at=spread_start(endpoint_id, scheduled_for, now),
         )
         for endpoint_id, token, scheduled_for, source in rows
     ]
@@ -604,7 +617,7 @@ def record_outcomes(outcomes: Sequence[Outcome]) -> None:
         _log_finish(outcome, updated)
     for (outcome, values), ok in zip(reschedules, won, strict=True):
         if ok:
-            _log_rescheduled(outcome.claim, values)
+            _log_rescheduled(outcome, values)
             continue
         try:
             _reschedule_after_conflict(outcome)
@@ -878,14 +891,13 @@ def _finish_values(outcome: Outcome) -> dict[str, Any]:
 
 
 def _log_finish(outcome: Outcome, updated: bool) -> None:
-    """Count and log a finished run; ``updated`` is False if its row was no longer running
-    (declared lost meanwhile) or is gone (its endpoint was deleted)."""
+    """Count a finished run; the run's line is logged once its next run is known
+    (``_log_rescheduled``). ``updated`` is False if its row was no longer running
+    (declared lost meanwhile) or is gone (its endpoint was deleted): said here."""
     status = RESULT_STATUS.get(outcome.result.status, RunStatus.FAILURE)
     duration = outcome.result.duration_ms
     if updated:
         metrics.record_run(outcome.run, status=status, duration_ms=max(int(duration), 0))
-        level = logging.DEBUG if status == RunStatus.SUCCESS else logging.INFO
-        _log(level, f"run {status} in {duration} ms", claim=outcome.claim, run_id=outcome.run.pk)
         return
     if Run.objects.filter(pk=outcome.run.pk).exists():
         word = f"{status} after it was declared lost; the record stays lost"
@@ -932,7 +944,7 @@ def _reschedule(outcome: Outcome, endpoint: ClaimedEndpoint) -> bool:
     for _attempt in range(3):
         values = _next_state(outcome, endpoint)
         if hot_path.reschedule_all([(endpoint, outcome.claim.claim_token, values)])[0]:
-            _log_rescheduled(outcome.claim, values)
+            _log_rescheduled(outcome, values)
             return True
         fresh = _reread_own(outcome.claim)
         if fresh is None:
@@ -960,11 +972,54 @@ def _reread_own(claim: Claim) -> ClaimedEndpoint | None:
     return fresh
 
 
-def _log_rescheduled(claim: Claim, values: Mapping[str, Any]) -> None:
-    if logger.isEnabledFor(logging.DEBUG):
-        when, why = values["next_run_at"], values["next_run_source"]
-        text = f"for {when:%Y-%m-%d %H:%M:%S}Z ({why})" if when else "with no next run (archived)"
-        _log(logging.DEBUG, f"rescheduled {text}", claim=claim)
+def _log_rescheduled(outcome: Outcome, values: Mapping[str, Any]) -> None:
+    """The run's one line: ``job/endpoint status HTTP code in duration, next run at
+    (source)`` and the error for a failure. Successes at INFO; failures and recoveries
+    at WARNING, so ``runscheduler --quiet`` shows just those. JSON logs carry the same
+    fields."""
+    result, failed = outcome.result, outcome.result.status != "success"
+    recovered = not failed and outcome.endpoint.failure_count > 0
+    level = logging.WARNING if failed or recovered else logging.INFO
+    if not logger.isEnabledFor(level):
+        return
+    word = RESULT_STATUS.get(result.status, RunStatus.FAILURE).value
+    word = "success (recovered)" if recovered else word
+    code = f" HTTP {result.status_code}" if result.status_code else ""
+    when, why = values["next_run_at"], values["next_run_source"]
+    then = f"next run {when:%Y-%m-%d %H:%M:%S}Z ({why})" if when else "no next run (archived)"
+    error = f": {result.error}" if failed and result.error else ""
+    ref = endpoint_ref(outcome.claim.endpoint_id)
+    fields = {
+        "endpoint": ref,
+        "status": word,
+        "status_code": result.status_code,
+        "duration_ms": result.duration_ms,
+        "next_run_at": when.isoformat() if when else None,
+        "next_run_source": why,
+        "error": result.error or None,
+    }
+    logger.log(
+        level,
+        f"{ref} {word}{code} in {describe_duration(result.duration_ms)}, {then}{error}",
+        extra={**_ids(outcome.claim, outcome.run.pk), **fields},
+    )
+
+
+# Names of endpoints for run lines, read once per endpoint and kept a minute (a rename
+# shows within a minute); the hot path reads no names.
+_REFS: dict[int, tuple[str, float]] = {}
+REF_TTL_SECONDS = 60.0
+
+
+def endpoint_ref(endpoint_id: int) -> str:
+    """``job/endpoint`` of an endpoint, cached for a minute."""
+    cached = _REFS.get(endpoint_id)
+    if cached is not None and time.monotonic() - cached[1] < REF_TTL_SECONDS:
+        return cached[0]
+    row = Endpoint.objects.filter(pk=endpoint_id).values_list("job__name", "name").first()
+    ref = f"{row[0]}/{row[1]}" if row else f"endpoint {endpoint_id}"
+    _REFS[endpoint_id] = (ref, time.monotonic())
+    return ref
 
 
 def _next_state(outcome: Outcome, endpoint: ClaimedEndpoint) -> dict[str, Any]:
@@ -1371,21 +1426,22 @@ def scheduler_health(*, now: datetime) -> dict[str, Any]:
     Keys: last_tick_at, last_tick_age_seconds (None before the first tick), due_backlog
     (claimable endpoints already due), in_flight (running runs), lateness_p50_ms and
     lateness_p95_ms (scheduled and retry runs started in the last hour, the latest
-    10 000 at most), runs_last_hour, failures_last_hour, zombies, and whether the fleet
-    keeps up (``fleet_behind``, see ``fleet_behind``).
+    10 000 at most, catch-up runs left out), catchup_runs_last_hour and
+    catchup_max_late_ms (runs that started more than ``CATCHUP_AFTER`` late: after
+    downtime each overdue endpoint runs once, which says nothing of the scheduler's
+    punctuality), runs_last_hour, failures_last_hour, zombies, and whether the fleet
+    keeps up (see ``fleet_behind``).
     """
     beat = Heartbeat.objects.filter(name="tick").first()
     hour_ago = now - timedelta(hours=1)
     recent = Run.objects.filter(started_at__gte=hour_ago, started_at__lte=now)
-    lateness = _lateness_sample(recent)
     return {
         "last_tick_at": beat.at if beat else None,
         "last_tick_age_seconds": (now - beat.at).total_seconds() if beat else None,
         "due_backlog": Slot.objects.overdue(now).count(),
         **fleet_behind(now=now),
         "in_flight": Run.objects.filter(status=RunStatus.RUNNING).count(),
-        "lateness_p50_ms": _percentile(lateness, 0.50),
-        "lateness_p95_ms": _percentile(lateness, 0.95),
+        **lateness_stats(recent),
         "runs_last_hour": recent.count(),
         "failures_last_hour": recent.filter(
             status__in=[RunStatus.FAILURE, RunStatus.TIMEOUT, RunStatus.LOST]
@@ -1431,6 +1487,32 @@ def fleet_behind(*, now: datetime) -> dict[str, Any]:
         "behind_seconds": round(behind, 1),
         "fleet_behind": bool(warning),
         "behind_warning": warning,
+    }
+
+
+def minute_summary(*, now: datetime) -> dict[str, Any]:
+    """runscheduler's summary line: runs, failures and lateness p95 over the last minute."""
+    recent = Run.objects.filter(started_at__gte=now - timedelta(minutes=1), started_at__lte=now)
+    return {
+        "runs": recent.count(),
+        "failures": recent.filter(
+            status__in=[RunStatus.FAILURE, RunStatus.TIMEOUT, RunStatus.LOST]
+        ).count(),
+        "lateness_p95_ms": lateness_stats(recent)["lateness_p95_ms"],
+    }
+
+
+def lateness_stats(runs: Any) -> dict[str, Any]:
+    """Lateness p50/p95 of these runs' scheduled starts, catch-up runs counted apart."""
+    ordered = _lateness_sample(runs)
+    limit = CATCHUP_AFTER.total_seconds() * 1000
+    punctual = [ms for ms in ordered if ms <= limit]
+    catchup = [ms for ms in ordered if ms > limit]
+    return {
+        "lateness_p50_ms": _percentile(punctual, 0.50),
+        "lateness_p95_ms": _percentile(punctual, 0.95),
+        "catchup_runs_last_hour": len(catchup),
+        "catchup_max_late_ms": round(catchup[-1], 1) if catchup else None,
     }
 
 

@@ -20,7 +20,7 @@ from django.db import connection
 ROOT = Path(__file__).resolve().parent.parent
 # Everything Celery keeps in the broker for our queues; cleared so that no message from an
 # earlier run (an ETA task restored after a killed worker) leaks into a test.
-BROKER_KEYS = ("tick", "execute", "maintenance", "planner", "unacked", "unacked_index")
+BROKER_KEYS = ("tick", "execute", "maintenance", "planner", "notify", "unacked", "unacked_index")
 
 
 def process_env(**overrides: str) -> dict[str, str]:

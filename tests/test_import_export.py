@@ -785,6 +785,7 @@ def test_the_format_example_in_the_module_docstring_imports(
     get_user_model().objects.create_user("alice")
     monkeypatch.setenv("CRONICORN_SECRET_ACME_HMAC", "h")
     monkeypatch.setenv("CRONICORN_SECRET_BILLING_TOKEN", "t")
+    monkeypatch.setenv("CRONICORN_SECRET_ACME_ONCALL_URL", "https://hooks.example.com/oncall")
 
     run_import(write(textwrap.dedent(example)))
 

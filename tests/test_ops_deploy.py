@@ -28,8 +28,16 @@ from django.core.management import get_commands
 REPO = Path(__file__).resolve().parent.parent
 COMPOSE = "docker-compose.yml"
 DEMO = "docker-compose.demo.yml"
-APP_SERVICES = ("migrate", "web", "beat", "worker-tick", "worker-execute", "worker-planner")
-LONG_RUNNING = ("web", "beat", "worker-tick", "worker-execute", "worker-planner")
+APP_SERVICES = (
+    "migrate",
+    "web",
+    "beat",
+    "worker-tick",
+    "worker-execute",
+    "worker-planner",
+    "worker-notify",
+)
+LONG_RUNNING = APP_SERVICES[1:]
 _VARIABLE = re.compile(r"\$\$|\$\{(?P<name>[A-Z0-9_]+)(?:(?P<op>:-|:\?)(?P<arg>[^}]*))?\}")
 
 

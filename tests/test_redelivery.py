@@ -21,7 +21,7 @@ from endpoints import dispatch, scheduling
 from endpoints.dispatch import ClaimDispatcher
 from endpoints.models import Endpoint, Run, RunStatus, RunTrigger, Slot, Source
 from endpoints.scheduling import (
-    CATCH_UP_SPREAD,
+    SPREAD_OVER,
     Claim,
     claim_due_endpoints,
     execute_claim,
@@ -223,7 +223,7 @@ def test_slots_claimed_late_start_spread_and_slots_claimed_on_time_start_on_thei
     assert claims[on_time.pk].start_at is None
     assert claims[on_time.pk].starts_at == claims[on_time.pk].scheduled_for
     offsets = [(claims[e.pk].starts_at - now).total_seconds() for e in late]
-    assert all(0 <= offset < CATCH_UP_SPREAD.total_seconds() for offset in offsets)
+    assert all(0 <= offset < SPREAD_OVER.total_seconds() for offset in offsets)
     # Spread over the window, not bunched: every tenth of it holds some of the 100.
     assert {int(offset * 10) for offset in offsets} == set(range(10))
     assert all(claims[e.pk].scheduled_for == now - 30 * S for e in late)  # the slot stays

@@ -11,7 +11,7 @@ from typing import Any
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from endpoints.embedded import EmbeddedScheduler, load_plan_cycle
+from endpoints.embedded import EmbeddedScheduler, load_notify_cycle, load_plan_cycle
 
 logger = logging.getLogger("cronicorn.scheduler")
 
@@ -52,10 +52,22 @@ class Command(BaseCommand):
             help="Runs in flight at once (default CRONICORN_MAX_IN_FLIGHT, "
             f"{settings.CRONICORN_MAX_IN_FLIGHT}).",
         )
+        parser.add_argument(
+            "--quiet",
+            action="store_true",
+            help="Log failures, recoveries and problems only, not a line per successful run.",
+        )
 
     def handle(
-        self, *args: Any, duration: float | None, max_in_flight: int, **options: Any
+        self,
+        *args: Any,
+        duration: float | None,
+        max_in_flight: int,
+        quiet: bool,
+        **options: Any,
     ) -> None:
+        if quiet:
+            logger.setLevel(logging.WARNING)
         stop = threading.Event()
 
         def request_stop(signum: int, frame: FrameType | None) -> None:
@@ -66,7 +78,11 @@ class Command(BaseCommand):
         signal.signal(signal.SIGTERM, request_stop)
         signal.signal(signal.SIGINT, request_stop)
 
-        scheduler = EmbeddedScheduler(max_in_flight=max_in_flight, plan_cycle=load_plan_cycle())
+        scheduler = EmbeddedScheduler(
+            max_in_flight=max_in_flight,
+            plan_cycle=load_plan_cycle(),
+            notify_cycle=load_notify_cycle(),
+        )
         logger.info("scheduler started: at most %d run(s) in flight", max_in_flight)
         scheduler.run(stop, duration=duration)
         timeout = settings.CRONICORN_SHUTDOWN_TIMEOUT_SECONDS

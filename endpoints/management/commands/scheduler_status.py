@@ -12,6 +12,7 @@ from django.utils import timezone
 
 from endpoints.management.commands._shared import iso, to_json
 from endpoints.models import Heartbeat
+from endpoints.schedules import describe_duration
 from endpoints.scheduling import scheduler_health
 from planner.models import AnalysisSession, SessionStatus
 
@@ -97,7 +98,15 @@ def as_text(status: dict[str, Any]) -> str:
     planner = status["planner"]
     late = "-"
     if status["lateness_p50_ms"] is not None:
-        late = f"p50 {status['lateness_p50_ms']:.0f} ms, p95 {status['lateness_p95_ms']:.0f} ms"
+        late = (
+            f"p50 {describe_duration(status['lateness_p50_ms'])}, "
+            f"p95 {describe_duration(status['lateness_p95_ms'])}"
+        )
+    if status["catchup_runs_last_hour"]:
+        late += (
+            f"; {status['catchup_runs_last_hour']} catch-up run(s) after downtime, up to "
+            f"{describe_duration(status['catchup_max_late_ms'])} late"
+        )
     lines = [
         f"Scheduler:   {'healthy' if status['healthy'] else 'NOT HEALTHY'}",
         f"Last tick:   {status['last_tick_at'] or 'never'}"

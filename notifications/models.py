@@ -1,0 +1,298 @@
+"""Alerts: where they go (Channel), when they fire (AlertRule), what each endpoint last
+told (AlertState), the state changes (Alert) and every send attempt (Delivery,
+DeliveryAttempt). The workflows are in ``notifications/alerts.py``."""
+
+from __future__ import annotations
+
+from datetime import datetime, time
+from typing import Any
+from urllib.parse import urlsplit
+
+from django.core.exceptions import ValidationError
+from django.core.validators import validate_email
+from django.db import models
+from django.db.models import Q
+
+from endpoints.models import Endpoint, Job, Tenant
+
+DEFAULT_AFTER_FAILURES = 3
+
+
+class ChannelKind(models.TextChoices):
+    EMAIL = "email", "Email"
+    WEBHOOK = "webhook", "Webhook (JSON, signed)"
+    APPRISE = "apprise", "Chat or push (Apprise URL)"
+
+
+class AlertKind(models.TextChoices):
+    FAILING = "failing"
+    RECOVERED = "recovered"
+    PAUSED = "paused"
+    STALE = "stale"
+
+
+class DeliveryStatus(models.TextChoices):
+    PENDING = "pending"
+    SENT = "sent"
+    FAILED = "failed"  # gave up after the last attempt
+
+
+class Channel(models.Model):
+    """Where a tenant's alerts go. ``target`` is a secret: masked on every page, exported
+    as a reference, never logged (an Apprise URL or a webhook URL carries tokens)."""
+
+    Kind = ChannelKind
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="channels")
+    name = models.CharField(max_length=200)
+    kind = models.CharField(max_length=16, choices=ChannelKind.choices)
+    target = models.CharField(
+        max_length=2000,
+        help_text="Email: comma-separated addresses. Webhook: an http(s) URL (requests are "
+        "signed with the tenant's HMAC secret). Chat/push: an Apprise URL, e.g. "
+        "slack://…, discord://…, tgram://…, ntfy://…, pagerduty://….",
+    )
+    enabled = models.BooleanField(default=True)
+    # Marked failing after CRONICORN_NOTIFY_CHANNEL_FAILING_AFTER failed attempts in a row.
+    consecutive_failures = models.PositiveIntegerField(default=0)
+    failing_since = models.DateTimeField(null=True, blank=True)
+    last_error = models.TextField(blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["tenant__name", "name"]
+        constraints = [
+            models.UniqueConstraint(fields=["tenant", "name"], name="notifications_channel_name"),
+            models.CheckConstraint(
+                condition=Q(kind__in=ChannelKind.values), name="notifications_channel_kind"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.tenant.name}/{self.name}"
+
+    def clean(self) -> None:
+        if self.kind in ChannelKind.values and self.target:
+            try:
+                validate_target(self.kind, self.target)
+            except ValidationError as exc:
+                raise ValidationError({"target": exc.messages}) from None
+
+
+def email_addresses(target: str) -> list[str]:
+    return [part.strip() for part in target.split(",") if part.strip()]
+
+
+def apprise_plugin(url: str) -> Any:
+    """Apprise's service object for ``url``, or None if Apprise does not understand it.
+
+    Apprise is imported here, not at the top: loading its ~100 services takes about a
+    second, which every process (each worker, each manage.py command) would pay at start.
+    """
+    import apprise
+
+    return apprise.Apprise.instantiate(url)
+
+
+def validate_target(kind: str, target: str) -> None:
+    """Raise ``ValidationError`` with a message a person can act on."""
+    if kind == ChannelKind.EMAIL:
+        addresses = email_addresses(target)
+        try:
+            for address in addresses:
+                validate_email(address)
+        except ValidationError:
+            addresses = []
+        if not addresses:
+            raise ValidationError(
+                "Give one or more email addresses separated by commas, e.g. ops@example.com."
+            )
+    elif kind == ChannelKind.WEBHOOK:
+        parts = urlsplit(target)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ValidationError("Give an http:// or https:// URL for the webhook.")
+    elif apprise_plugin(target) is None:
+        raise ValidationError(
+            "Apprise does not understand this URL. Examples: slack://TokenA/TokenB/TokenC, "
+            "discord://WebhookID/Token, tgram://BotToken/ChatID, ntfy://topic."
+        )
+
+
+class AlertRule(models.Model):
+    """When a job's endpoints alert; a rule on one endpoint overrides its job's rule.
+    Without any rule an endpoint alerts after 3 failures, on recovery and on pause."""
+
+    job = models.OneToOneField(
+        Job, on_delete=models.CASCADE, null=True, blank=True, related_name="alert_rule"
+    )
+    endpoint = models.OneToOneField(
+        Endpoint, on_delete=models.CASCADE, null=True, blank=True, related_name="alert_rule"
+    )
+    enabled = models.BooleanField(default=True, help_text="Off: this job/endpoint never alerts.")
+    after_failures = models.PositiveIntegerField(
+        default=DEFAULT_AFTER_FAILURES, help_text="Alert after this many failed runs in a row."
+    )
+    on_recovery = models.BooleanField(default=True, help_text="Alert when it succeeds again.")
+    on_pause = models.BooleanField(default=True, help_text="Alert when it is paused.")
+    stale_factor = models.PositiveIntegerField(
+        default=0,
+        help_text="Alert when it has not run for this many times its interval (0: never).",
+    )
+    quiet_from = models.TimeField(null=True, blank=True, help_text="Quiet hours start (UTC).")
+    quiet_until = models.TimeField(null=True, blank=True, help_text="Quiet hours end (UTC).")
+
+    class Meta:
+        constraints = [
+            models.CheckConstraint(
+                condition=(Q(job__isnull=False) & Q(endpoint__isnull=True))
+                | (Q(job__isnull=True) & Q(endpoint__isnull=False)),
+                name="notifications_alertrule_job_xor_endpoint",
+            ),
+            models.CheckConstraint(
+                condition=Q(after_failures__gte=1), name="notifications_alertrule_after_failures"
+            ),
+            models.CheckConstraint(
+                condition=(Q(quiet_from__isnull=True) & Q(quiet_until__isnull=True))
+                | (Q(quiet_from__isnull=False) & Q(quiet_until__isnull=False)),
+                name="notifications_alertrule_quiet_hours_both",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"alerts for {self.endpoint or self.job}"
+
+    def clean(self) -> None:
+        # Mirrors notifications_alertrule_job_xor_endpoint with a message for the form.
+        if (self.job_id is None) == (self.endpoint_id is None):
+            raise ValidationError(
+                "Pick the job the rule is for, or one endpoint whose rule overrides its "
+                "job's; not both, not neither."
+            )
+
+    def is_quiet(self, now: datetime) -> bool:
+        if self.quiet_from is None or self.quiet_until is None:
+            return False
+        return _within(now.time(), self.quiet_from, self.quiet_until)
+
+
+def _within(at: time, start: time, end: time) -> bool:
+    # Quiet hours may span midnight (22:00-07:00).
+    return start <= at < end if start <= end else at >= start or at < end
+
+
+class AlertState(models.Model):
+    """What alerts last said about an endpoint; the notify cycle compares it with the
+    endpoint and raises an Alert on each change, never one per run."""
+
+    endpoint = models.OneToOneField(
+        Endpoint, on_delete=models.CASCADE, primary_key=True, related_name="alert_state"
+    )
+    failing = models.BooleanField(default=False)
+    stale = models.BooleanField(default=False)
+    paused_until_seen = models.DateTimeField(null=True, blank=True)
+    changed_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        indexes = [
+            # Used by the notify cycle: endpoints whose alert is still open.
+            models.Index(
+                fields=["endpoint"],
+                name="notifications_state_open",
+                condition=Q(failing=True) | Q(stale=True) | Q(paused_until_seen__isnull=False),
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"alert state of {self.endpoint_id}"
+
+
+class Alert(models.Model):
+    """One state change of one endpoint. Alerts of a job that change together are sent
+    as one digest: ``queued_at`` is set when its Deliveries are made."""
+
+    Kind = AlertKind
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="+")
+    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="+")
+    endpoint = models.ForeignKey(Endpoint, on_delete=models.CASCADE, related_name="alerts")
+    kind = models.CharField(max_length=16, choices=AlertKind.choices)
+    detail = models.TextField(blank=True)
+    created_at = models.DateTimeField()
+    queued_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(kind__in=AlertKind.values), name="notifications_alert_kind"
+            ),
+        ]
+        indexes = [
+            # Used by the notify cycle: alerts not yet turned into deliveries.
+            models.Index(
+                fields=["job", "created_at"],
+                name="notifications_alert_unqueued",
+                condition=Q(queued_at__isnull=True),
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.kind}: {self.endpoint}"
+
+
+class Delivery(models.Model):
+    """One message to one channel: a single alert or a digest of a job's alerts."""
+
+    channel = models.ForeignKey(Channel, on_delete=models.CASCADE, related_name="deliveries")
+    alerts = models.ManyToManyField(Alert, related_name="deliveries")
+    subject = models.CharField(max_length=300)
+    body = models.TextField()
+    payload = models.JSONField(help_text="The webhook's JSON.")
+    status = models.CharField(
+        max_length=16, choices=DeliveryStatus.choices, default=DeliveryStatus.PENDING
+    )
+    attempts = models.PositiveIntegerField(default=0)
+    next_attempt_at = models.DateTimeField()
+    last_error = models.TextField(blank=True)
+    created_at = models.DateTimeField()
+    sent_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+        verbose_name_plural = "deliveries"
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(status__in=DeliveryStatus.values), name="notifications_delivery_status"
+            ),
+        ]
+        indexes = [
+            # Used by the send step: deliveries due for an attempt.
+            models.Index(
+                fields=["next_attempt_at"],
+                name="notifications_delivery_due",
+                condition=Q(status="pending"),
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.subject} → {self.channel}"
+
+
+class DeliveryAttempt(models.Model):
+    delivery = models.ForeignKey(Delivery, on_delete=models.CASCADE, related_name="attempt_log")
+    number = models.PositiveIntegerField()
+    at = models.DateTimeField()
+    ok = models.BooleanField()
+    duration_ms = models.PositiveIntegerField()
+    error = models.TextField(blank=True)
+
+    class Meta:
+        ordering = ["delivery", "number"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["delivery", "number"], name="notifications_attempt_number"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"attempt {self.number} of {self.delivery_id}: {'ok' if self.ok else 'failed'}"

@@ -1,0 +1,42 @@
+"""Lateness is measured on scheduled runs that started while a scheduler was running;
+catch-up runs after downtime are counted apart, and durations read in words."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+
+from endpoints.models import Run, RunStatus
+from endpoints.schedules import describe_duration
+from endpoints.scheduling import scheduler_health
+
+pytestmark = pytest.mark.django_db
+
+
+def test_catch_up_runs_after_downtime_are_counted_apart_from_lateness(make_endpoint, now):
+    endpoint = make_endpoint()
+    late_by = [timedelta(milliseconds=ms) for ms in (20, 30, 40, 340)] + [
+        timedelta(minutes=5, seconds=36)  # a restart after downtime: one coalesced run
+    ]
+    slots = [now - timedelta(minutes=10 + k) for k in range(len(late_by))]
+    Run.objects.bulk_create(
+        Run(endpoint=endpoint, scheduled_for=slot, started_at=slot + late, status=RunStatus.SUCCESS)
+        for slot, late in zip(slots, late_by, strict=True)
+    )
+
+    health = scheduler_health(now=now)
+
+    assert health["lateness_p95_ms"] == 340.0
+    assert health["catchup_runs_last_hour"] == 1
+    assert health["catchup_max_late_ms"] == 336_000.0
+    assert describe_duration(health["catchup_max_late_ms"]) == "5.6 min"
+
+
+@pytest.mark.parametrize(
+    ("ms", "words"),
+    [(None, "—"), (0, "0 ms"), (340, "340 ms"), (5_600, "5.6 s"), (336_089, "5.6 min"),
+     (7_560_000, "2.1 h"), (259_200_000, "3.0 d")],
+)  # fmt: skip
+def test_durations_read_in_words(ms, words):
+    assert describe_duration(ms) == words
