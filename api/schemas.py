@@ -297,3 +297,17 @@ class TenantOut(Schema):
     monthly_token_budget: int
     tokens_used_this_month: int
     signs_requests: bool
+    previous_secret_signs_until: datetime | None = Field(
+        None,
+        description="During a rotation's grace period: until when the previous secret "
+        "still signs requests, beside the current one.",
+    )
+
+
+class SigningSecretOut(Schema):
+    secret: str = Field(description="The new request-signing secret. Shown this once only.")
+    previous_secret_signs_until: datetime | None = Field(
+        description="Until when the previous secret still signs requests (a second signature "
+        "in X-Cronicorn-Signature), so receivers can switch at any time before then; null "
+        "when the tenant signed nothing before."
+    )

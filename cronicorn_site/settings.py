@@ -230,6 +230,9 @@ CRONICORN_BATCH_SIZE = env_int("CRONICORN_BATCH_SIZE", 1000, minimum=1)
 # so a dead or stalled worker's claims are free again within this many seconds, whatever
 # the endpoint's timeout (DESIGN "Life of a run", step 6).
 CRONICORN_LEASE_SECONDS = env_int("CRONICORN_LEASE_SECONDS", 10, minimum=2)
+# After a tenant's signing secret is rotated, requests carry signatures with both the new
+# and the previous secret for this long, so receivers can switch within it.
+CRONICORN_SIGNING_GRACE_SECONDS = env_int("CRONICORN_SIGNING_GRACE_SECONDS", 86_400, minimum=0)
 CRONICORN_ZOMBIE_THRESHOLD_SECONDS = env_int("CRONICORN_ZOMBIE_THRESHOLD_SECONDS", 0, minimum=0)
 CRONICORN_MAINTENANCE_SECONDS = env_int("CRONICORN_MAINTENANCE_SECONDS", 30, minimum=1)
 CRONICORN_RUN_RETENTION_DAYS = env_int("CRONICORN_RUN_RETENTION_DAYS", 30, minimum=1)

@@ -150,6 +150,24 @@ class TenantAdmin(NoSecretLookups):
         ("Quotas", {"fields": ("max_endpoints", "min_interval_ms", "monthly_token_budget")}),
         ("Request signing", {"fields": ("hmac_secret", "clear_hmac_secret")}),
     )
+    actions = ("rotate_signing_secret",)
+
+    @admin.action(description="Rotate the signing secret (the previous one signs for a while)")
+    def rotate_signing_secret(self, request: HttpRequest, queryset: QuerySet[Tenant]) -> None:
+        now = timezone.now()
+        for tenant in queryset:
+            secret = scheduling.rotate_signing_secret(tenant, now=now)
+            until = tenant.hmac_previous_until
+            also = (
+                f" The previous secret also signs until {until:%Y-%m-%d %H:%M} UTC."
+                if until
+                else ""
+            )
+            self.message_user(
+                request,
+                f"New signing secret for {tenant.name} (shown once, copy it now): {secret}.{also}",
+                messages.WARNING,
+            )
 
     def has_module_permission(self, request: HttpRequest) -> bool:
         user: Any = request.user

@@ -80,6 +80,7 @@ class EmbeddedScheduler:
         """Sweep zombies, and prune old runs once an hour; returns the runs marked lost."""
         now = now or timezone.now()
         lost = scheduling.sweep_zombies(now=now)
+        scheduling.end_signing_grace(now=now)
         if time.monotonic() - self._last_prune >= PRUNE_EVERY_SECONDS:
             self._last_prune = time.monotonic()
             scheduling.prune_runs(now=now)

@@ -57,7 +57,7 @@ import ssl
 import threading
 import time
 import zlib
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -93,6 +93,7 @@ class HttpRequest:
     timeout_ms: int = 30_000  # total deadline: DNS + connect + headers + body
     max_response_size_kb: int = 100
     hmac_secret: str = ""  # when set, requests carry X-Cronicorn-Timestamp/-Signature
+    hmac_previous_secret: str = ""  # during a rotation's grace: a second signature
     # Declared secret headers: with those that look secret, never sent to another origin.
     secret_header_names: tuple[str, ...] = ()
 
@@ -637,13 +638,21 @@ def _hop_headers(
         defaults["Authorization"] = "Basic " + base64.b64encode(credentials).decode()
     headers.update({k: v for k, v in defaults.items() if k.lower() not in given})
     if request.hmac_secret and not foreign:
-        headers.update(_signature_headers(request.hmac_secret, timestamp, body or b""))
+        secrets = (request.hmac_secret, request.hmac_previous_secret)
+        headers.update(_signature_headers(secrets, timestamp, body or b""))
     return headers  # aiohttp adds Host and Content-Length
 
 
-def _signature_headers(secret: str, timestamp: str, body: bytes) -> dict[str, str]:
-    digest = hmac.new(secret.encode(), timestamp.encode() + b"." + body, hashlib.sha256)
-    return {"X-Cronicorn-Timestamp": timestamp, "X-Cronicorn-Signature": digest.hexdigest()}
+def _signature_headers(secrets: Sequence[str], timestamp: str, body: bytes) -> dict[str, str]:
+    """One HMAC-SHA256 per secret, comma-separated, the current secret's first: during a
+    rotation's grace period receivers holding either secret find their signature."""
+    message = timestamp.encode() + b"." + body
+    signatures = [
+        hmac.new(secret.encode(), message, hashlib.sha256).hexdigest()
+        for secret in secrets
+        if secret
+    ]
+    return {"X-Cronicorn-Timestamp": timestamp, "X-Cronicorn-Signature": ",".join(signatures)}
 
 
 def _redirect_location(response: aiohttp.ClientResponse) -> str | None:

@@ -72,6 +72,7 @@ class ClaimedEndpoint:
     failure_count: int
     job_status: str
     hmac_secret: str
+    hmac_secret_previous: str  # during a rotation's grace period, else ""
     tenant_min_interval_ms: int
 
     def is_paused(self, now: datetime) -> bool:
@@ -82,6 +83,7 @@ _JOINED = {
     "pk": "e.id",
     "job_status": "j.status",
     "hmac_secret": "t.hmac_secret",
+    "hmac_secret_previous": "t.hmac_secret_previous",
     "tenant_min_interval_ms": "t.min_interval_ms",
 }
 _COLUMNS = [f.name for f in fields(ClaimedEndpoint)]

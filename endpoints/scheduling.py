@@ -16,6 +16,7 @@ Every state change here is a conditional ``update()`` whose row count says who w
 from __future__ import annotations
 
 import logging
+import secrets
 import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -61,6 +62,7 @@ from endpoints.models import (
     RunTrigger,
     Slot,
     Source,
+    Tenant,
 )
 from endpoints.schedules import describe_delta, describe_duration
 from endpoints.secrets import strip_userinfo
@@ -455,7 +457,9 @@ class Started:
         return Outcome(self.endpoint, self.claim, self.run, self.started, timezone.now(), result)
 
     def _request(self) -> HttpRequest:
-        return _request_for(self.endpoint, self.endpoint.hmac_secret)
+        return _request_for(
+            self.endpoint, self.endpoint.hmac_secret, self.endpoint.hmac_secret_previous
+        )
 
     def _log_context(self) -> AbstractContextManager[None]:
         # The executor's lines for this request carry the run's ids too.
@@ -861,7 +865,9 @@ def _mark_lost(run: Run, now: datetime, why: str) -> None:
     )
 
 
-def _request_for(endpoint: ClaimedEndpoint | Endpoint, hmac_secret: str) -> HttpRequest:
+def _request_for(
+    endpoint: ClaimedEndpoint | Endpoint, hmac_secret: str, hmac_previous: str = ""
+) -> HttpRequest:
     return HttpRequest(
         url=endpoint.url,
         method=endpoint.method,
@@ -870,6 +876,7 @@ def _request_for(endpoint: ClaimedEndpoint | Endpoint, hmac_secret: str) -> Http
         timeout_ms=endpoint.timeout_ms,
         max_response_size_kb=endpoint.max_response_size_kb,
         hmac_secret=hmac_secret,
+        hmac_previous_secret=hmac_previous,
         secret_header_names=tuple(endpoint.secret_header_names or ()),
     )
 
@@ -1244,7 +1251,10 @@ def test_endpoint(endpoint: Endpoint, *, now: datetime | None = None) -> Run:
         request_method=endpoint.method,
         request_url=strip_userinfo(endpoint.url),
     )
-    result = perform_request(_request_for(endpoint, endpoint.job.tenant.hmac_secret))
+    tenant = endpoint.job.tenant
+    result = perform_request(
+        _request_for(endpoint, tenant.hmac_secret, tenant.hmac_secret_previous)
+    )
     finished = started + timedelta(milliseconds=max(int(result.duration_ms), 0))
     Run.objects.filter(pk=run.pk).update(
         status=RESULT_STATUS.get(result.status, RunStatus.FAILURE),
@@ -1379,6 +1389,38 @@ def reset_failures(endpoint: Endpoint, *, now: datetime, user: Any = None) -> No
     endpoint.failure_count = 0
     _nudge_earlier(endpoint, now)
     _log(logging.INFO, f"failures reset by {user or 'system'}", endpoint_id=endpoint.pk)
+
+
+def rotate_signing_secret(tenant: Tenant, *, now: datetime, grace: timedelta | None = None) -> str:
+    """Give the tenant a new request-signing secret and return it (shown once).
+
+    The secret it replaces keeps signing beside the new one (two signatures in
+    ``X-Cronicorn-Signature``) for ``grace`` (``CRONICORN_SIGNING_GRACE_SECONDS`` by
+    default), so receivers can switch to the new secret at any time within it; then
+    ``end_signing_grace`` drops it. A tenant that signed nothing starts signing now.
+    """
+    grace = (
+        grace if grace is not None else timedelta(seconds=settings.CRONICORN_SIGNING_GRACE_SECONDS)
+    )
+    new = secrets.token_urlsafe(32)
+    with transaction.atomic():
+        current = Tenant.objects.select_for_update().get(pk=tenant.pk)
+        previous = current.hmac_secret
+        Tenant.objects.filter(pk=tenant.pk).update(
+            hmac_secret=new,
+            hmac_secret_previous=previous,
+            hmac_previous_until=now + grace if previous else None,
+        )
+    tenant.refresh_from_db(fields=["hmac_secret", "hmac_secret_previous", "hmac_previous_until"])
+    _log(logging.INFO, f"signing secret of tenant {tenant.pk} rotated (the secret is not logged)")
+    return new
+
+
+def end_signing_grace(*, now: datetime) -> int:
+    """Drop the previous signing secrets whose grace period is over (maintenance)."""
+    return Tenant.objects.filter(hmac_previous_until__lte=now).update(
+        hmac_secret_previous="", hmac_previous_until=None
+    )
 
 
 def archive_endpoint(endpoint: Endpoint, *, now: datetime, user: Any = None) -> None:

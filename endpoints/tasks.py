@@ -148,7 +148,9 @@ def stop_dispatcher(**_: Any) -> None:
 
 @shared_task(name="cronicorn.sweep_zombies", ignore_result=True, time_limit=300)
 def sweep_zombies() -> int:
-    return scheduling.sweep_zombies(now=timezone.now())
+    now = timezone.now()
+    scheduling.end_signing_grace(now=now)
+    return scheduling.sweep_zombies(now=now)
 
 
 @shared_task(name="cronicorn.prune_runs", ignore_result=True, time_limit=3600)

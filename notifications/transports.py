@@ -90,6 +90,7 @@ def send_webhook(channel: Channel, message: Message) -> None:
         timeout_ms=int(settings.CRONICORN_NOTIFY_TIMEOUT_SECONDS * 1000),
         max_response_size_kb=16,
         hmac_secret=channel.tenant.hmac_secret,
+        hmac_previous_secret=channel.tenant.hmac_secret_previous,
     )
     result = perform_request(request)
     if result.status != "success":

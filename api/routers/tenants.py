@@ -8,7 +8,8 @@ from ninja import Router
 
 from api.auth import Principal, get_scoped, tenants_of
 from api.operations import operation
-from api.schemas import TenantOut
+from api.schemas import SigningSecretOut, TenantOut
+from endpoints import scheduling
 from endpoints.models import Endpoint, Tenant
 from planner.models import AnalysisSession
 
@@ -30,6 +31,7 @@ def _usage(tenant: Tenant) -> TenantOut:
         monthly_token_budget=tenant.monthly_token_budget,
         tokens_used_this_month=tokens or 0,
         signs_requests=bool(tenant.hmac_secret),
+        previous_secret_signs_until=tenant.hmac_previous_until,
     )
 
 
@@ -43,3 +45,24 @@ def list_tenants(principal: Principal) -> list[TenantOut]:
 def get_tenant(principal: Principal, tenant_id: int) -> TenantOut:
     """A tenant's limits (endpoints, shortest interval, token budget) and usage."""
     return _usage(get_scoped(principal, Tenant.objects.all(), "pk", tenant_id))
+
+
+@operation(
+    router,
+    "post",
+    "/tenants/{tenant_id}/signing-secret",
+    name="rotate_signing_secret",
+    response=SigningSecretOut,
+    write=True,
+)
+def rotate_signing_secret(principal: Principal, tenant_id: int) -> SigningSecretOut:
+    """Rotate the tenant's request-signing secret and show the new one, once.
+
+    Requests carry X-Cronicorn-Signature: the HMAC-SHA256 of timestamp + "." + body. For
+    CRONICORN_SIGNING_GRACE_SECONDS (a day by default) after a rotation they carry two,
+    comma-separated: one with the new secret, one with the previous, so receivers can
+    switch whenever they like within the grace period.
+    """
+    tenant = get_scoped(principal, Tenant.objects.all(), "pk", tenant_id)
+    secret = scheduling.rotate_signing_secret(tenant, now=timezone.now())
+    return SigningSecretOut(secret=secret, previous_secret_signs_until=tenant.hmac_previous_until)
