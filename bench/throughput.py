@@ -44,6 +44,7 @@ def params_for(name: str, args: argparse.Namespace, chunk: int | None = None) ->
         in_flight=args.in_flight,
         celery_concurrency=args.celery_concurrency,
         workers=args.workers,
+        batch=args.batch,
         chunk_size=chunk,
         label=label,
         extra_env={},
@@ -77,6 +78,7 @@ def main() -> None:
     parser.add_argument("--in-flight", type=int, default=200, help="CRONICORN_MAX_IN_FLIGHT")
     parser.add_argument("--celery-concurrency", type=int, default=4)
     parser.add_argument("--workers", type=int, default=1)
+    parser.add_argument("--batch", type=int, default=5000, help="CRONICORN_BATCH_SIZE")
     parser.add_argument("--only", default=",".join(SCENARIOS))
     parser.add_argument("--chunks", default="", help="e.g. 1,10,50: Celery chunk sizes")
     args = parser.parse_args()

@@ -40,7 +40,7 @@ def test_readyz_is_200_when_database_migrations_broker_and_tick_are_fine(
     body = response.json()
     assert response.status_code == 200, body
     assert body["status"] == "ready"
-    assert set(body["checks"]) == {"database", "migrations", "tick", "broker"}
+    assert set(body["checks"]) == {"database", "migrations", "tick", "fleet", "broker"}
     assert all(check["ok"] for check in body["checks"].values())
     assert body["checks"]["tick"]["age_seconds"] < 30
 
