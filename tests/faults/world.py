@@ -244,7 +244,11 @@ class FaultCase:
         # one phase (start to start), and the bursts after a fault would be the harness's.
         self._execute(PARK_SQL)
         self.fleet.start()
-        self._wait_until_the_fleet_is_up()
+        try:
+            self._wait_until_the_fleet_is_up()
+        except BaseException:
+            self.__exit__(None, None, None)  # a with-block whose __enter__ fails never exits
+            raise
         self._execute(SPREAD_SQL, {"n": len(self.endpoints)})
         return self
 
@@ -312,20 +316,23 @@ class FaultCase:
     def _wait_until_the_fleet_is_up(self) -> None:
         """Every worker answers a ping and a tick has been recorded (beat and tick work)."""
         workers = sum(1 for name in self.fleet.commands if not name.startswith("beat"))
-        if not self.target.wait_for(lambda: self._pong() >= workers, timeout=STARTUP_TIMEOUT):
-            raise AssertionError(f"the workers did not answer within {STARTUP_TIMEOUT} s")
+        # A fresh app (and connection) per case: an earlier case may have cut every
+        # connection to this Redis. Only its remote control is used.
+        with Celery(broker=self.services.redis.url) as app:
+            answered = partial(self._pong, app)
+            if not self.target.wait_for(lambda: answered() >= workers, timeout=STARTUP_TIMEOUT):
+                raise AssertionError(f"the workers did not answer within {STARTUP_TIMEOUT} s")
         ticked = partial(self._execute, TICKED_SQL)
         if not self.target.wait_for(lambda: bool(ticked()), timeout=STARTUP_TIMEOUT):
             raise AssertionError(f"no tick was recorded within {STARTUP_TIMEOUT} s")
 
-    def _pong(self) -> int:
-        """How many workers answer a ping; a fresh app (and connection) each time, as an
-        earlier case may have cut every connection to this Redis."""
-        with Celery(broker=self.services.redis.url) as app:  # only its remote control is used
-            try:
-                return len(app.control.ping(timeout=0.5) or [])
-            except (OSError, redis.RedisError, OperationalError):
-                return 0
+    @staticmethod
+    def _pong(app: Celery) -> int:
+        """How many workers answer a ping (a loaded machine may take a second or two)."""
+        try:
+            return len(app.control.ping(timeout=2) or [])
+        except (OSError, redis.RedisError, OperationalError):
+            return 0
 
     def _execute(
         self, sql: str, params: dict[str, object] | None = None
