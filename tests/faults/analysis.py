@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 LOST = "lost"
+RECORD_GRACE = 1.0  # seconds
 
 
 @dataclass(frozen=True)
@@ -59,6 +60,7 @@ class Outcome:
     endpoints_without_a_future_run: list[str]
     logs: dict[str, str] = field(default_factory=dict)  # process name -> log file
     in_flight_at_fault: int = 0  # calls open at the target when the fault began
+    taken_at: float = math.inf  # when the runs were read from the database
 
 
 def executions_per_endpoint(executions: Iterable[Execution]) -> dict[str, int]:
@@ -166,7 +168,10 @@ def broken_promises(outcome: Outcome, *, recovery_window: float) -> dict[str, An
         broken["slots run twice without a lost run"] = _shown(doubled)
     if reused := retries_under_the_lost_claim(outcome.runs):
         broken["retries under the lost run's own claim"] = _shown(reused)
-    if unrecorded := unrecorded_executions(outcome.executions, outcome.runs):
+    # A run's row is written before its request, but the fleet keeps working while the
+    # runs are read: calls that arrived in the last second may have rows not read yet.
+    settled = [e for e in outcome.executions if e.arrived < outcome.taken_at - RECORD_GRACE]
+    if unrecorded := unrecorded_executions(settled, outcome.runs):
         broken["calls at the target without a run (calls, runs)"] = unrecorded
     if outcome.endpoints_without_a_future_run:
         broken["endpoints without a future run"] = outcome.endpoints_without_a_future_run

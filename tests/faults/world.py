@@ -28,7 +28,9 @@ from functools import partial
 from pathlib import Path
 from types import TracebackType
 
+import redis
 from celery import Celery
+from kombu.exceptions import OperationalError
 
 from tests.faults.analysis import Execution, Outcome, RunRecord
 from tests.faults.services import PostgresCluster, RedisServer, free_port
@@ -242,7 +244,11 @@ class FaultCase:
         # one phase (start to start), and the bursts after a fault would be the harness's.
         self._execute(PARK_SQL)
         self.fleet.start()
-        self._wait_until_the_fleet_is_up()
+        try:
+            self._wait_until_the_fleet_is_up()
+        except BaseException:
+            self.__exit__(None, None, None)  # a with-block whose __enter__ fails never exits
+            raise
         self._execute(SPREAD_SQL, {"n": len(self.endpoints)})
         return self
 
@@ -291,6 +297,7 @@ class FaultCase:
         ]
 
     def outcome(self, name: str, *, started: float, ended: float, in_flight: int) -> Outcome:
+        taken_at = time.time()
         runs = [_run_record(row) for row in self._execute(RUNS_SQL)]
         orphans = [str(row[0]) for row in self._execute(WITHOUT_A_FUTURE_RUN_SQL)]
         return Outcome(
@@ -303,20 +310,29 @@ class FaultCase:
             endpoints_without_a_future_run=orphans,
             logs={name: str(self.fleet.log(name)) for name in self.fleet.commands},
             in_flight_at_fault=in_flight,
+            taken_at=taken_at,
         )
 
     def _wait_until_the_fleet_is_up(self) -> None:
         """Every worker answers a ping and a tick has been recorded (beat and tick work)."""
-        # A bare app on the harness's broker: only its remote control (pidbox) is used.
-        control = Celery(broker=self.services.redis.url).control
         workers = sum(1 for name in self.fleet.commands if not name.startswith("beat"))
-        deadline = time.monotonic() + STARTUP_TIMEOUT
-        while len(control.ping(timeout=0.5) or []) < workers:
-            if time.monotonic() > deadline:
+        # A fresh app (and connection) per case: an earlier case may have cut every
+        # connection to this Redis. Only its remote control is used.
+        with Celery(broker=self.services.redis.url) as app:
+            answered = partial(self._pong, app)
+            if not self.target.wait_for(lambda: answered() >= workers, timeout=STARTUP_TIMEOUT):
                 raise AssertionError(f"the workers did not answer within {STARTUP_TIMEOUT} s")
         ticked = partial(self._execute, TICKED_SQL)
         if not self.target.wait_for(lambda: bool(ticked()), timeout=STARTUP_TIMEOUT):
             raise AssertionError(f"no tick was recorded within {STARTUP_TIMEOUT} s")
+
+    @staticmethod
+    def _pong(app: Celery) -> int:
+        """How many workers answer a ping (a loaded machine may take a second or two)."""
+        try:
+            return len(app.control.ping(timeout=2) or [])
+        except (OSError, redis.RedisError, OperationalError):
+            return 0
 
     def _execute(
         self, sql: str, params: dict[str, object] | None = None
