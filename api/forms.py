@@ -14,6 +14,8 @@ from api.auth import Principal
 from api.errors import InvalidInput
 from endpoints.admin_forms import EndpointAdminForm
 from endpoints.models import Endpoint, Job
+from notifications.admin import ChannelForm
+from notifications.models import Channel
 
 JSON_FIELDS = ("headers", "secret_header_names", "body")
 
@@ -27,6 +29,18 @@ class JobForm(forms.ModelForm):
 def validated_job(principal: Principal, job: Job, values: dict[str, Any]) -> Job:
     data = {**model_to_dict(job, fields=JobForm.Meta.fields), **values}
     form = JobForm(data=data, instance=job)
+    form.fields["tenant"].queryset = principal.scope(  # type: ignore[attr-defined]
+        form.fields["tenant"].queryset,  # type: ignore[attr-defined]
+        "pk",
+    )
+    return _valid(form, renamed={"tenant": "tenant_id"})
+
+
+def validated_channel(principal: Principal, channel: Channel, values: dict[str, Any]) -> Channel:
+    """The admin's channel form (its target kept unless replaced), the model's checks."""
+    fields = ChannelForm.Meta.fields
+    data = {**model_to_dict(channel, fields=fields), **values}
+    form = ChannelForm(data=data, instance=channel)
     form.fields["tenant"].queryset = principal.scope(  # type: ignore[attr-defined]
         form.fields["tenant"].queryset,  # type: ignore[attr-defined]
         "pk",

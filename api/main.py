@@ -22,7 +22,7 @@ from api.auth import (
     principal_for_user,
 )
 from api.errors import PROBLEM_TYPE, InvalidInput, problem_for
-from api.routers import endpoints, health, history, jobs, runs, tenants
+from api.routers import channels, endpoints, health, history, jobs, runs, tenants
 from endpoints.scheduling import OperationRefused
 
 UNAUTHORIZED = (
@@ -54,7 +54,7 @@ api = NinjaAPI(
     urls_namespace="api",
     docs_decorator=signed_in,
 )
-for module in (jobs, endpoints, runs, history, health, tenants):
+for module in (jobs, endpoints, runs, history, health, tenants, channels):
     api.add_router("/", module.router)
 
 

@@ -12,7 +12,7 @@ from typing import Any, Literal
 from ninja import Field, Schema
 from pydantic import ConfigDict
 
-from endpoints.secrets import mask_headers, redact_url
+from endpoints.secrets import MASK, mask_headers, redact_url
 
 EndpointStatusFilter = Literal["healthy", "failing", "paused", "hinted", "archived"]
 RunStatusFilter = Literal["running", "success", "failure", "timeout", "lost"]
@@ -311,3 +311,48 @@ class SigningSecretOut(Schema):
         "in X-Cronicorn-Signature), so receivers can switch at any time before then; null "
         "when the tenant signed nothing before."
     )
+
+
+class ChannelIn(Input):
+    name: str = Field(description="Unique within the tenant.")
+    kind: str = Field(description="email, webhook or apprise.")
+    target: str = Field(
+        description="Email: comma-separated addresses. Webhook: an http(s) URL (signed like "
+        "endpoint requests). Chat/push: an Apprise URL (slack://…, ntfy://…). A secret: "
+        "never shown again."
+    )
+    enabled: bool = True
+    tenant_id: int | None = Field(
+        None, description="Needed only when the caller belongs to several tenants."
+    )
+
+
+class ChannelPatch(Input):
+    name: str | None = None
+    kind: str | None = None
+    target: str | None = Field(None, description="Replaces the stored target.")
+    enabled: bool | None = None
+
+
+class ChannelOut(Schema):
+    id: int
+    tenant_id: int
+    name: str
+    kind: str
+    target: str = Field(description="Always masked: the target carries the channel's tokens.")
+    enabled: bool
+    failing_since: datetime | None
+    consecutive_failures: int
+    created_at: datetime
+
+    @staticmethod
+    def resolve_target(channel: Any) -> str:
+        return MASK
+
+
+class DeliveryOut(Schema):
+    id: int
+    status: str
+    attempts: int
+    last_error: str
+    sent_at: datetime | None

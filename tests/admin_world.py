@@ -41,6 +41,7 @@ class TenantWorld:
     run: Run
     hint: HintHistory
     session: AnalysisSession
+    channel: Any = None  # an alert channel, made by tests/api_world.py
 
 
 @dataclass

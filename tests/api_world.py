@@ -13,6 +13,7 @@ from django.utils import timezone
 import api.main  # noqa: F401 - registers every operation
 from api.models import ApiKey, Scope
 from api.operations import OPERATIONS, Operation
+from notifications.models import Channel
 from tests.admin_world import TenantWorld, World, build_world
 
 
@@ -43,6 +44,10 @@ class ApiWorld:
 def build_api_world() -> ApiWorld:
     world = build_world()
     now = timezone.now()
+    for side in (world.a, world.b):
+        side.channel = Channel.objects.create(
+            tenant=side.tenant, name="oncall", kind="webhook", target="http://127.0.0.1:9/hook"
+        )
     return ApiWorld(
         world=world,
         write_key=make_key(world.a.tenant),
@@ -60,6 +65,7 @@ def ids_of(side: TenantWorld) -> dict[str, int]:
         "hint_id": side.hint.pk,
         "session_id": side.session.pk,
         "tenant_id": side.tenant.pk,
+        "channel_id": side.channel.pk,
     }
 
 
@@ -78,6 +84,13 @@ def sample_body(op: Operation, side: TenantWorld) -> dict[str, Any] | None:
         "pause_endpoint": {"for_ms": 60_000},
         "set_hint": {"interval_ms": 30_000, "ttl_ms": 3_600_000},
         "clear_hints": {},
+        "create_channel": {
+            "name": "new-channel",
+            "kind": "email",
+            "target": "ops@example.com",
+            "tenant_id": side.tenant.pk,
+        },
+        "update_channel": {"enabled": False},
     }
     return bodies.get(op.name)
 
@@ -97,4 +110,5 @@ def operations(*, write: bool | None = None) -> list[Operation]:
 
 def names_objects(op: Operation) -> bool:
     """Whether the call names a tenant's object (in its path, filters or body)."""
-    return "{" in op.path or op.name in ("create_job", "create_endpoint", "list_endpoints")
+    named = ("create_job", "create_endpoint", "create_channel", "list_endpoints")
+    return "{" in op.path or op.name in named

@@ -42,7 +42,7 @@ def create_job(principal: Principal, payload: JobIn) -> Job:
     """Create a job (a group of endpoints that can be paused together)."""
     values = payload.dict(exclude={"tenant_id"})
     if payload.tenant_id is None:
-        values["tenant"] = _only_tenant(principal)
+        values["tenant"] = only_tenant(principal)
     else:
         values["tenant"] = get_scoped(principal, Tenant.objects.all(), "pk", payload.tenant_id).pk
     job = validated_job(principal, Job(), values)
@@ -50,7 +50,7 @@ def create_job(principal: Principal, payload: JobIn) -> Job:
     return job
 
 
-def _only_tenant(principal: Principal) -> int | None:
+def only_tenant(principal: Principal) -> int | None:
     if principal.tenant_ids is not None and len(principal.tenant_ids) == 1:
         return principal.tenant_ids[0]
     raise InvalidInput({"tenant_id": ["You belong to several tenants; say which one."]})

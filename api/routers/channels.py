@@ -1,0 +1,101 @@
+"""Alert channels (the notifications app): list, create, read, change, delete, and send a
+test message. A channel's target is a secret: written, never read back."""
+
+from __future__ import annotations
+
+from django.utils import timezone
+from ninja import Router
+
+from api.auth import Principal, get_scoped
+from api.forms import validated_channel
+from api.operations import operation
+from api.routers.jobs import only_tenant
+from api.schemas import ChannelIn, ChannelOut, ChannelPatch, DeliveryOut, Message
+from endpoints.models import Tenant
+from notifications.alerts import send_test_message
+from notifications.models import Channel, Delivery
+
+router = Router(tags=["alert channels"])
+
+
+def scoped_channel(principal: Principal, channel_id: int) -> Channel:
+    return get_scoped(principal, Channel.objects.select_related("tenant"), "tenant", channel_id)
+
+
+@operation(router, "get", "/channels", name="list_channels", response=list[ChannelOut])
+def list_channels(principal: Principal) -> list[Channel]:
+    """The alert channels of the caller's tenant(s); targets masked."""
+    return list(principal.scope(Channel.objects.all(), "tenant").order_by("name", "pk"))
+
+
+@operation(
+    router,
+    "post",
+    "/channels",
+    name="create_channel",
+    response=ChannelOut,
+    status=201,
+    write=True,
+    idempotent=True,
+)
+def create_channel(principal: Principal, payload: ChannelIn) -> Channel:
+    """Create an alert channel: email, a signed webhook, or an Apprise URL (chat, push)."""
+    values = payload.dict(exclude={"tenant_id"})
+    if payload.tenant_id is None:
+        values["tenant"] = only_tenant(principal)
+    else:
+        values["tenant"] = get_scoped(principal, Tenant.objects.all(), "pk", payload.tenant_id).pk
+    channel = validated_channel(principal, Channel(), values)
+    channel.save()
+    return channel
+
+
+@operation(router, "get", "/channels/{channel_id}", name="get_channel", response=ChannelOut)
+def get_channel(principal: Principal, channel_id: int) -> Channel:
+    """One alert channel, its target masked, with its health (failing since, failures)."""
+    return scoped_channel(principal, channel_id)
+
+
+@operation(
+    router,
+    "patch",
+    "/channels/{channel_id}",
+    name="update_channel",
+    response=ChannelOut,
+    write=True,
+)
+def update_channel(principal: Principal, channel_id: int, payload: ChannelPatch) -> Channel:
+    """Change a channel (only the fields given; a target given replaces the stored one)."""
+    values = payload.dict(exclude_unset=True)
+    channel = validated_channel(principal, scoped_channel(principal, channel_id), values)
+    channel.save(update_fields=["name", "kind", "target", "enabled"])
+    return channel
+
+
+@operation(
+    router,
+    "delete",
+    "/channels/{channel_id}",
+    name="delete_channel",
+    response=Message,
+    write=True,
+)
+def delete_channel(principal: Principal, channel_id: int) -> Message:
+    """Delete an alert channel with its delivery records."""
+    channel = scoped_channel(principal, channel_id)
+    channel.delete()
+    return Message(detail=f"Channel {channel.name} deleted.")
+
+
+@operation(
+    router,
+    "post",
+    "/channels/{channel_id}/test",
+    name="test_channel",
+    response=DeliveryOut,
+    write=True,
+)
+def test_channel(principal: Principal, channel_id: int) -> Delivery:
+    """Send a test message on the channel now and return its delivery (sent or failed,
+    with the error, secrets scrubbed)."""
+    return send_test_message(scoped_channel(principal, channel_id), now=timezone.now())
