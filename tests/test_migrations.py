@@ -107,21 +107,23 @@ def test_0007_gives_every_endpoint_a_slot_with_its_state(before_slots: None) -> 
 
 
 def test_0009_strips_the_password_from_urls_that_runs_recorded_before() -> None:
-    from endpoints.models import Endpoint, Job, Run, Tenant
-
-    MigrationExecutor(connection).migrate([("endpoints", "0008_redelivery_and_short_leases")])
+    executor = MigrationExecutor(connection)
+    executor.migrate([("endpoints", "0008_redelivery_and_short_leases")])
     try:
-        # 0009 moves data only: the models match the schema at 0008.
-        job = Job.objects.create(tenant=Tenant.objects.create(name="t"), name="j")
-        endpoint = Endpoint.objects.create(
+        # The models as they were at 0008 (later migrations add fields these rows lack).
+        old = executor.loader.project_state(("endpoints", "0008_redelivery_and_short_leases")).apps
+        tenant = old.get_model("endpoints", "Tenant").objects.create(name="t")
+        job = old.get_model("endpoints", "Job").objects.create(tenant=tenant, name="j")
+        endpoint = old.get_model("endpoints", "Endpoint").objects.create(
             job=job, name="e", url="http://x/", baseline_interval_ms=60_000
         )
+        runs = old.get_model("endpoints", "Run").objects
         for url in ("https://ops:hunter2@example.com/h", "https://example.com/a@b"):
-            Run.objects.create(
+            runs.create(
                 endpoint=endpoint, trigger="test", scheduled_for=AT, started_at=AT, request_url=url
             )
         MigrationExecutor(connection).migrate([("endpoints", "0009_strip_url_passwords_from_runs")])
-        urls = list(Run.objects.order_by("pk").values_list("request_url", flat=True))
+        urls = list(runs.order_by("pk").values_list("request_url", flat=True))
     finally:
         call_command("migrate", verbosity=0)
 
