@@ -27,20 +27,21 @@ class JobForm(forms.ModelForm):
 
 
 def validated_job(principal: Principal, job: Job, values: dict[str, Any]) -> Job:
-    data = {**model_to_dict(job, fields=JobForm.Meta.fields), **values}
-    form = JobForm(data=data, instance=job)
-    form.fields["tenant"].queryset = principal.scope(  # type: ignore[attr-defined]
-        form.fields["tenant"].queryset,  # type: ignore[attr-defined]
-        "pk",
-    )
-    return _valid(form, renamed={"tenant": "tenant_id"})
+    return _validated_in_tenant(JobForm, principal, job, values)
 
 
 def validated_channel(principal: Principal, channel: Channel, values: dict[str, Any]) -> Channel:
     """The admin's channel form (its target kept unless replaced), the model's checks."""
-    fields = ChannelForm.Meta.fields
-    data = {**model_to_dict(channel, fields=fields), **values}
-    form = ChannelForm(data=data, instance=channel)
+    return _validated_in_tenant(ChannelForm, principal, channel, values)
+
+
+def _validated_in_tenant(
+    form_class: type[forms.ModelForm], principal: Principal, obj: Any, values: dict[str, Any]
+) -> Any:
+    """``obj`` with ``values`` over its stored fields, through ``form_class``, whose
+    ``tenant`` may only be one of the caller's."""
+    data = {**model_to_dict(obj, fields=form_class.Meta.fields), **values}  # type: ignore[attr-defined]
+    form = form_class(data=data, instance=obj)
     form.fields["tenant"].queryset = principal.scope(  # type: ignore[attr-defined]
         form.fields["tenant"].queryset,  # type: ignore[attr-defined]
         "pk",

@@ -9,9 +9,8 @@ from ninja import Router
 from api.auth import Principal, get_scoped
 from api.forms import validated_channel
 from api.operations import operation
-from api.routers.jobs import only_tenant
+from api.routers.jobs import tenant_for
 from api.schemas import ChannelIn, ChannelOut, ChannelPatch, DeliveryOut, Message
-from endpoints.models import Tenant
 from notifications.alerts import send_test_message
 from notifications.models import Channel, Delivery
 
@@ -40,11 +39,7 @@ def list_channels(principal: Principal) -> list[Channel]:
 )
 def create_channel(principal: Principal, payload: ChannelIn) -> Channel:
     """Create an alert channel: email, a signed webhook, or an Apprise URL (chat, push)."""
-    values = payload.dict(exclude={"tenant_id"})
-    if payload.tenant_id is None:
-        values["tenant"] = only_tenant(principal)
-    else:
-        values["tenant"] = get_scoped(principal, Tenant.objects.all(), "pk", payload.tenant_id).pk
+    values = {**payload.dict(exclude={"tenant_id"}), "tenant": tenant_for(principal, payload)}
     channel = validated_channel(principal, Channel(), values)
     channel.save()
     return channel

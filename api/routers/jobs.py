@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from django.utils import timezone
 from ninja import Router
 
@@ -40,17 +42,17 @@ def list_jobs(principal: Principal, cursor: str | None = None, limit: int = DEFA
 )
 def create_job(principal: Principal, payload: JobIn) -> Job:
     """Create a job (a group of endpoints that can be paused together)."""
-    values = payload.dict(exclude={"tenant_id"})
-    if payload.tenant_id is None:
-        values["tenant"] = only_tenant(principal)
-    else:
-        values["tenant"] = get_scoped(principal, Tenant.objects.all(), "pk", payload.tenant_id).pk
+    values = {**payload.dict(exclude={"tenant_id"}), "tenant": tenant_for(principal, payload)}
     job = validated_job(principal, Job(), values)
     job.save()
     return job
 
 
-def only_tenant(principal: Principal) -> int | None:
+def tenant_for(principal: Principal, payload: Any) -> int | None:
+    """The tenant a new object goes to: the payload's ``tenant_id`` (one of the caller's),
+    or the caller's only tenant."""
+    if payload.tenant_id is not None:
+        return get_scoped(principal, Tenant.objects.all(), "pk", payload.tenant_id).pk
     if principal.tenant_ids is not None and len(principal.tenant_ids) == 1:
         return principal.tenant_ids[0]
     raise InvalidInput({"tenant_id": ["You belong to several tenants; say which one."]})
