@@ -17,6 +17,8 @@ from tests.faults.world import Fault, FaultCase, Shape
 OUTAGE_SECONDS = 5.0
 # How long a stopped worker stays stopped; longer than a short renewed lease should be.
 STOP_SECONDS = 6.0
+# The lease in the stalled-worker case: shorter than the stall.
+STALL_LEASE_SECONDS = 3
 # How long the faults that are a configuration (two beats, a short visibility timeout) run.
 WINDOW_SECONDS = 6.0
 # Kombu's Redis transport keeps unacknowledged messages in this hash (its default key).
@@ -119,7 +121,12 @@ SCENARIOS: dict[str, Scenario] = {
     "postgres-restart": Scenario(restart_postgres),
     "postgres-outage": Scenario(postgres_outage),
     "execute-sigkill": Scenario(kill_execute_worker),
-    "execute-sigstop": Scenario(stop_execute_worker, Shape(execute_workers=2)),
+    # A stall longer than the lease: the stalled worker's claims are retried by the other
+    # worker, and its own runs, resumed after SIGCONT, must not run beside the retries.
+    "execute-sigstop": Scenario(
+        stop_execute_worker,
+        Shape(execute_workers=2, env={"CRONICORN_LEASE_SECONDS": str(STALL_LEASE_SECONDS)}),
+    ),
     "tick-sigkill": Scenario(kill_tick_worker),
     "two-beats": Scenario(run_for_a_window, Shape(beats=2, tick_workers=2)),
     "duplicate-publish": Scenario(publish_execute_messages_twice),

@@ -28,10 +28,6 @@ from functools import partial
 from pathlib import Path
 from types import TracebackType
 
-import redis
-from celery import Celery
-from kombu.exceptions import OperationalError
-
 from tests.faults.analysis import Execution, Outcome, RunRecord
 from tests.faults.services import PostgresCluster, RedisServer, free_port
 from tests.http_targets import TargetServer
@@ -189,6 +185,7 @@ class Fleet:
                 *("-n", f"execute{k}@%h", "--without-mingle", "--without-gossip"),
             )
         self.processes: dict[str, subprocess.Popen[bytes]] = {}
+        self._offsets: dict[str, int] = {}  # where each log was when its process started
 
     def start(self) -> None:
         for name in self.commands:
@@ -196,7 +193,9 @@ class Fleet:
 
     def restart(self, name: str) -> None:
         self.kill(name, signal.SIGKILL)
-        with self.log(name).open("ab") as out:
+        log = self.log(name)
+        self._offsets[name] = log.stat().st_size if log.exists() else 0
+        with log.open("ab") as out:
             self.processes[name] = subprocess.Popen(
                 self.commands[name],
                 cwd=ROOT,
@@ -221,6 +220,10 @@ class Fleet:
 
     def log(self, name: str) -> Path:
         return self.logs / f"{name}.log"
+
+    def logged(self, names: list[str], line: bytes) -> bool:
+        """Whether each process's log holds ``line`` since the process last started."""
+        return all(line in self.log(name).read_bytes()[self._offsets[name] :] for name in names)
 
 
 class FaultCase:
@@ -314,25 +317,16 @@ class FaultCase:
         )
 
     def _wait_until_the_fleet_is_up(self) -> None:
-        """Every worker answers a ping and a tick has been recorded (beat and tick work)."""
-        workers = sum(1 for name in self.fleet.commands if not name.startswith("beat"))
-        # A fresh app (and connection) per case: an earlier case may have cut every
-        # connection to this Redis. Only its remote control is used.
-        with Celery(broker=self.services.redis.url) as app:
-            answered = partial(self._pong, app)
-            if not self.target.wait_for(lambda: answered() >= workers, timeout=STARTUP_TIMEOUT):
-                raise AssertionError(f"the workers did not answer within {STARTUP_TIMEOUT} s")
+        """Every worker logged that it is ready and a tick has been recorded (beat and tick
+        work). The log, not a ping: Celery would send a ping from this process to the
+        broker of its CELERY_BROKER_URL variable, whatever broker the app is given."""
+        workers = [name for name in self.fleet.commands if not name.startswith("beat")]
+        ready = partial(self.fleet.logged, workers, READY_LINE)
+        if not self.target.wait_for(ready, timeout=STARTUP_TIMEOUT):
+            raise AssertionError(f"the workers were not ready within {STARTUP_TIMEOUT} s")
         ticked = partial(self._execute, TICKED_SQL)
         if not self.target.wait_for(lambda: bool(ticked()), timeout=STARTUP_TIMEOUT):
             raise AssertionError(f"no tick was recorded within {STARTUP_TIMEOUT} s")
-
-    @staticmethod
-    def _pong(app: Celery) -> int:
-        """How many workers answer a ping (a loaded machine may take a second or two)."""
-        try:
-            return len(app.control.ping(timeout=2) or [])
-        except (OSError, redis.RedisError, OperationalError):
-            return 0
 
     def _execute(
         self, sql: str, params: dict[str, object] | None = None
@@ -358,6 +352,7 @@ def endpoint_names(shape: Shape) -> list[str]:
 
 PARK_SQL = "UPDATE endpoints_slot SET next_run_at = now() + interval '1 day'"
 TICKED_SQL = "SELECT 1 FROM endpoints_heartbeat WHERE name = 'tick'"
+READY_LINE = b" ready."  # celery.apps.worker: "<name>@<host> ready."
 # Phases spread evenly over the first second, so a burst means the engine bunched them.
 SPREAD_SQL = """
 UPDATE endpoints_slot s SET next_run_at = now() + interval '1 second' * (1 + o.k::float / %(n)s)
