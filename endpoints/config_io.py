@@ -106,8 +106,11 @@ FILE_NESTING = 16
 MAX_ALIASES = 100
 MAX_FILE_VALUES = 500_000
 MERGE_TAG = "tag:yaml.org,2002:merge"
-# Keys one mapping may gather through merge keys (<<): plenty for shared defaults.
-MAX_MERGED_KEYS = 10_000
+# Keys one YAML mapping may hold, written or gathered through merge keys (<<): far more
+# than any mapping of the format needs (headers are capped far lower). PyYAML builds
+# mappings in Python at ≈ 20 µs a key, so 100 000 keys cost two seconds; refused at this
+# size they cost a tenth of that. JSON objects are read in C, in one linear pass.
+MAX_MAPPING_KEYS = 10_000
 
 
 def _max_depth() -> int:
@@ -145,6 +148,11 @@ class _BoundedLoader(
     def compose_node(self, parent: Any, index: Any) -> Any:
         event: Any = self.peek_event()
         mark = event.start_mark
+        composing_a_key = index is None and isinstance(parent, yaml.MappingNode)
+        if composing_a_key and len(parent.value) >= MAX_MAPPING_KEYS:
+            raise yaml.composer.ComposerError(
+                None, None, f"a mapping with more than {MAX_MAPPING_KEYS} keys", mark
+            )
         if isinstance(event, yaml.AliasEvent):
             self.aliases += 1
             if self.aliases > MAX_ALIASES:
@@ -164,7 +172,7 @@ class _BoundedLoader(
     def flatten_mapping(self, node: yaml.MappingNode) -> None:
         written = len(node.value)
         super().flatten_mapping(node)  # type: ignore[no-untyped-call]
-        if len(node.value) > max(written, MAX_MERGED_KEYS):
+        if len(node.value) > max(written, MAX_MAPPING_KEYS):
             raise yaml.constructor.ConstructorError(
                 None, None, "merge keys (<<) expand this mapping too far", node.start_mark
             )

@@ -115,10 +115,15 @@ def test_a_repeated_key_among_100_000_is_named() -> None:
     assert problem == "(file): the key 'k99999' appears twice in one object"
 
 
-def test_a_yaml_mapping_with_100_000_keys_loads() -> None:
-    text = "".join(f"k{n}: {n}\n" for n in range(100_000))
+def test_a_yaml_mapping_of_10_000_keys_loads_and_one_of_100_000_is_refused_early() -> None:
+    text = "".join(f"k{n}: {n}\n" for n in range(10_000))
+    assert len(load_document(text, fmt="yaml")) == 10_000
 
-    assert len(load_document(text, fmt="yaml")) == 100_000
+    text = "".join(f"k{n}: {n}\n" for n in range(100_000))
+    (problem,), peak = refusal(text, "yaml")
+
+    assert problem.startswith("line 10001") and "more than 10000 keys" in problem
+    assert peak < MEMORY_CAP
 
 
 @pytest.mark.parametrize("fmt", ["json", "yaml"])
