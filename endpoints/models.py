@@ -150,7 +150,9 @@ class Tenant(models.Model):
     )
     # The secret a rotation replaced, still signing (beside the new one) until
     # hmac_previous_until, so that receivers can switch within the grace period.
-    hmac_secret_previous = models.CharField(max_length=200, blank=True, editable=False)
+    hmac_secret_previous = models.CharField(
+        max_length=200, blank=True, editable=False, default="", db_default=""
+    )
     hmac_previous_until = models.DateTimeField(null=True, blank=True, editable=False)
     created_at = models.DateTimeField(auto_now_add=True)
 

@@ -195,5 +195,7 @@ def test_an_endpoint_page_with_100_runs_of_history_stays_bounded(
     endpoint = Endpoint.objects.order_by("pk").first()
     assert endpoint is not None
 
-    with django_assert_max_num_queries(MAX_QUERIES + 4):
+    # The page also reads the adaptation chart's runs and hints, the tenant (its interval
+    # floor) and the job's runs in flight (why it waits): a fixed number, not per run.
+    with django_assert_max_num_queries(MAX_QUERIES + 5):
         _get(as_member, reverse("admin:endpoints_endpoint_change", args=[endpoint.pk]))

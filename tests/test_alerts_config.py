@@ -14,7 +14,7 @@ pytestmark = pytest.mark.django_db
 
 NOW = datetime(2026, 11, 24, 6, 0, tzinfo=UTC)
 HOOK = "https://hooks.example.com/T000/B000/very-secret-token"
-ENV = {"ONCALL_HOOK": HOOK}
+ENV = {"CRONICORN_SECRET_ONCALL_HOOK": HOOK}
 
 
 def document(*channels: dict[str, object]) -> dict[str, object]:
@@ -22,7 +22,12 @@ def document(*channels: dict[str, object]) -> dict[str, object]:
 
 
 def oncall(**fields: object) -> dict[str, object]:
-    return {"name": "oncall", "kind": "webhook", "target": "${ONCALL_HOOK}", **fields}
+    return {
+        "name": "oncall",
+        "kind": "webhook",
+        "target": "${CRONICORN_SECRET_ONCALL_HOOK}",
+        **fields,
+    }
 
 
 def test_importing_a_channel_reads_its_target_from_the_environment_and_twice_changes_nothing():
@@ -40,7 +45,10 @@ def test_importing_a_channel_reads_its_target_from_the_environment_and_twice_cha
 def test_a_changed_target_is_reported_masked():
     import_document(document(oncall()), environ=ENV, now=NOW)
     plan = import_document(
-        document(oncall()), environ={"ONCALL_HOOK": HOOK + "-rotated"}, now=NOW, dry_run=True
+        document(oncall()),
+        environ={"CRONICORN_SECRET_ONCALL_HOOK": HOOK + "-rotated"},
+        now=NOW,
+        dry_run=True,
     )
     [change] = [c for c in plan.changes if c.kind == "channel"]
     assert change.action == "updated"
