@@ -10,7 +10,7 @@ from ninja.errors import HttpError, Throttled
 from ninja.errors import ValidationError as NinjaValidationError
 
 from api.schemas import Problem
-from endpoints.scheduling import OperationRefused
+from endpoints.operations import OperationRefused
 
 PROBLEM_TYPE = "application/problem+json"
 

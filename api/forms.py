@@ -1,10 +1,10 @@
-"""Writes through the admin's forms, so the API validates exactly as the admin does:
-the model's ``full_clean`` (with its field-level messages) plus the form's own checks
-(the tenant's endpoint quota, masked secret headers kept)."""
+"""Writes through the same forms as the admin (``endpoints.forms``, ``notifications.forms``),
+bound to the parsed values of the request, so the API validates exactly as the admin does:
+the model's ``full_clean`` (with its field-level messages) plus the form's own checks (the
+tenant's endpoint quota, masked secrets kept), scoped to the caller's tenants."""
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from django import forms
@@ -12,18 +12,10 @@ from django.forms.models import model_to_dict
 
 from api.auth import Principal
 from api.errors import InvalidInput
-from endpoints.admin_forms import EndpointAdminForm
+from endpoints.forms import EndpointForm, JobForm
 from endpoints.models import Endpoint, Job
-from notifications.admin import ChannelForm
+from notifications.forms import ChannelForm
 from notifications.models import Channel
-
-JSON_FIELDS = ("headers", "secret_header_names", "body")
-
-
-class JobForm(forms.ModelForm):
-    class Meta:
-        model = Job
-        fields = ["tenant", "name", "description", "max_concurrent"]
 
 
 def validated_job(principal: Principal, job: Job, values: dict[str, Any]) -> Job:
@@ -50,14 +42,11 @@ def _validated_in_tenant(
 
 
 def endpoint_form(principal: Principal, endpoint: Endpoint, values: dict[str, Any]) -> Any:
-    """The admin's endpoint form, bound to the stored values with ``values`` over them."""
-    fields = EndpointAdminForm.Meta.fields
+    """The endpoint form, bound to the stored values with ``values`` over them."""
+    fields = EndpointForm.Meta.fields
     # A new endpoint starts from the model's defaults, as the admin's add form does.
     data = {**model_to_dict(endpoint, fields=fields), **values}
-    for name in JSON_FIELDS:
-        if name in data:
-            data[name] = json.dumps(data[name])
-    form = EndpointAdminForm(data=data, instance=endpoint)
+    form = EndpointForm(data=data, instance=endpoint)
     form.fields["job"].queryset = principal.scope(  # type: ignore[attr-defined]
         Job.objects.select_related("tenant"), "tenant"
     )

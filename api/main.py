@@ -23,7 +23,7 @@ from api.auth import (
 )
 from api.errors import PROBLEM_TYPE, InvalidInput, problem_for
 from api.routers import channels, endpoints, health, history, jobs, runs, tenants
-from endpoints.scheduling import OperationRefused
+from endpoints.operations import OperationRefused
 
 UNAUTHORIZED = (
     "Send 'Authorization: Bearer <API key>' (create one in the admin or with "

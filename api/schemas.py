@@ -14,7 +14,6 @@ from pydantic import ConfigDict
 
 from endpoints.secrets import MASK, mask_headers, redact_url
 
-EndpointStatusFilter = Literal["healthy", "failing", "paused", "hinted", "archived"]
 RunStatusFilter = Literal["running", "success", "failure", "timeout", "lost"]
 Method = Literal["GET", "POST", "PUT", "PATCH", "DELETE"]
 

@@ -269,7 +269,7 @@ def make_due(params: Params, start: datetime) -> None:
 
 def raw_http_ceiling(url: str, threads: int, seconds: float) -> dict[str, float]:
     """Requests per second of ``perform_request`` alone, on ``threads`` threads."""
-    from endpoints.executor import HttpRequest, perform_request
+    from endpoints.engine.executor import HttpRequest, perform_request
 
     request = HttpRequest(url=url, timeout_ms=5000)
     counts = [0] * threads
@@ -396,13 +396,11 @@ def window_figures(start: datetime, end: datetime) -> dict[str, Any]:
     }
 
 
-def fleet_state(now: datetime) -> dict[str, Any] | None:
-    """What scheduler_status and the dashboard say of the fleet at the window's end (None
-    for an engine older than that warning)."""
-    from endpoints import scheduling
+def fleet_state(now: datetime) -> dict[str, Any]:
+    """What scheduler_status and the dashboard say of the fleet at the window's end."""
+    from endpoints.health import fleet_behind
 
-    behind = getattr(scheduling, "fleet_behind", None)
-    return behind(now=now) if behind else None
+    return dict(fleet_behind(now=now))
 
 
 def run(params: Params) -> dict[str, Any]:

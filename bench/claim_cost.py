@@ -1,4 +1,4 @@
-"""The cost of one claim (``scheduling.claim_due_endpoints``) in PostgreSQL.
+"""The cost of one claim (``claiming.claim_due_endpoints``) in PostgreSQL.
 
 Fills a dedicated database (``cc_bench``, dropped and re-created) with INSERT ... SELECT
 generate_series, so that 1 000 of 10 000 and then of 1 000 000 endpoints are due, and
@@ -138,7 +138,7 @@ def time_claims(reps: int, due: int) -> tuple[list[float], list[int]]:
     """Claim ``reps`` times (after two unrecorded warm-ups), releasing the claims each time."""
     from django.utils import timezone
 
-    from endpoints.scheduling import claim_due_endpoints
+    from endpoints.engine.claiming import claim_due_endpoints
 
     samples, counts = [], []
     for rep in range(reps + 2):
@@ -192,7 +192,7 @@ def explain_claim(due: int, *, drop: tuple[str, ...] = ()) -> str:
     from django.db import transaction
     from django.utils import timezone
 
-    from endpoints import scheduling
+    from endpoints.engine import claiming
 
     now = timezone.now()
     params = {
@@ -204,7 +204,7 @@ def explain_claim(due: int, *, drop: tuple[str, ...] = ()) -> str:
     with transaction.atomic():
         for name in drop:
             execute(f"DROP INDEX {name}")
-        explain = "EXPLAIN (ANALYZE, BUFFERS, COSTS OFF) " + scheduling._PG_CLAIM_UNLIMITED
+        explain = "EXPLAIN (ANALYZE, BUFFERS, COSTS OFF) " + claiming._PG_CLAIM_UNLIMITED
         rows = execute(explain, params)
         transaction.set_rollback(True)
     return "\n".join(row[0] for row in rows)

@@ -3,9 +3,9 @@
 Claims ``--n`` due endpoints at once (against the fast local server), then runs them:
 
 - ``perform_request`` alone on one thread (the HTTP client's share);
-- ``scheduling.execute_claim`` on one thread and on ``--threads`` threads: each run
+- ``running.execute_claim`` on one thread and on ``--threads`` threads: each run
   written on its own (finish and reschedule right after its request);
-- the dispatcher (``endpoints.dispatch.ClaimDispatcher``) with ``--threads`` runs in
+- the dispatcher (``endpoints.engine.dispatch.ClaimDispatcher``) with ``--threads`` runs in
   flight, as Celery workers and ``runscheduler`` run claims: runs due together are
   started together, their requests run on the executor's event loop, and runs
   finishing together are written together.
@@ -35,8 +35,8 @@ from _scenario import Params, Processes, cpu_seconds, free_port, make_endpoints,
 def claim_all(n: int) -> list[Any]:
     from django.utils import timezone
 
+    from endpoints.engine.claiming import claim_due_endpoints
     from endpoints.models import Slot
-    from endpoints.scheduling import claim_due_endpoints
 
     now = timezone.now()
     Slot.objects.update(next_run_at=now - timedelta(seconds=1))
@@ -104,7 +104,7 @@ def through_dispatcher(claims: Sequence[Any], threads: int) -> dict:
     the dispatcher's own connections (opened for this, so all of it is this work)."""
     from django.db import connection
 
-    from endpoints.dispatch import ClaimDispatcher
+    from endpoints.engine.dispatch import ClaimDispatcher
 
     cpu_before, started = time.process_time(), time.perf_counter()
     dispatcher = ClaimDispatcher(max_in_flight=threads)
@@ -146,8 +146,8 @@ def main() -> None:
     url = pg_url("cc_bench_execute") if args.database == "postgres" else sqlite_url("execute")
     fresh_database(url)
     setup_django(url, CRONICORN_LEASE_SECONDS="600")  # runs outlive a slow pass
-    from endpoints.executor import HttpRequest, perform_request
-    from endpoints.scheduling import execute_claim
+    from endpoints.engine.executor import HttpRequest, perform_request
+    from endpoints.engine.running import execute_claim
 
     with Processes(bench_env(url)) as procs:
         port = free_port()

@@ -80,7 +80,7 @@ def main() -> None:
     parser.add_argument("--reps", type=int, default=5)
     reps = parser.parse_args().reps
     setup_django("sqlite:///:memory:")
-    from endpoints.config_io import ConfigError, load_document
+    from endpoints.config_io.documents import ConfigError, load_document
 
     rows, baseline = [], None
     for name, (fmt, build) in CASES.items():

@@ -113,7 +113,12 @@ def main() -> None:
 
     url = sqlite_url("http_client_cost")  # Django only for the executor's settings
     setup_django(url)
-    from endpoints.executor import HttpRequest, NetworkPolicy, perform_request, submit_request
+    from endpoints.engine.executor import (
+        HttpRequest,
+        NetworkPolicy,
+        perform_request,
+        submit_request,
+    )
 
     with Processes(bench_env(url)) as procs:
         port = free_port()

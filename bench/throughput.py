@@ -11,7 +11,7 @@ keep up). Scenarios, each in its own process and database:
 - ``--chunks 1,10,50``: the Celery scenario again with that many claims per execute
   message (1 = one message per run), to show the per-message broker cost;
 
-Baseline in the same run: the raw request rate of ``endpoints.executor.perform_request``
+Baseline in the same run: the raw request rate of ``endpoints.engine.executor.perform_request``
 against the same server on the same number of threads; each result is also given as a
 ratio of that ceiling. CPU per run is read from /proc for every process involved.
 

@@ -5,25 +5,23 @@ signal (workers and beat), so every process formats the same way:
 
 - ``SchedulerContextFilter`` gives each scheduler record ``endpoint_id``, ``run_id``,
   ``claim_token`` and ``source`` — from the record's ``extra=``, else from the ids bound
-  with ``log_context(...)`` around a unit of work, else ``None`` — plus ``task_id`` and
-  ``task_name`` inside a Celery task.
+  with ``endpoints.engine.logs.log_context(...)`` around a unit of work, else ``None``,
+  plus ``task_id`` and ``task_name`` inside a Celery task.
 - ``TextFormatter`` and ``JsonFormatter`` (``CRONICORN_LOG_FORMAT``) mask secrets in the
   finished line, tracebacks and extra fields included, as a last safety net.
 """
 
 from __future__ import annotations
 
-import contextvars
 import logging
 import re
-from collections.abc import Iterator
-from contextlib import contextmanager
-from typing import Any
 
 from celery import current_task
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 from pythonjsonlogger.json import JsonFormatter as _BaseJsonFormatter
+
+from endpoints.engine.logs import bound_ids
 
 SCHEDULER_FIELDS = ("endpoint_id", "run_id", "claim_token", "source")
 TASK_FIELDS = ("task_id", "task_name")
@@ -33,24 +31,10 @@ MASK = "••••"
 # Values shorter than this are not masked by value: they would blot out ordinary words.
 MIN_SECRET_LENGTH = 8
 
-_context: contextvars.ContextVar[dict[str, Any] | None] = contextvars.ContextVar(
-    "cronicorn_log_context", default=None
-)
-
-
-@contextmanager
-def log_context(**fields: Any) -> Iterator[None]:
-    """Bind ids (endpoint_id, run_id, claim_token, source) to every line logged inside."""
-    token = _context.set({**(_context.get() or {}), **fields})
-    try:
-        yield
-    finally:
-        _context.reset(token)
-
 
 class SchedulerContextFilter(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
-        bound = _context.get() or {}
+        bound = bound_ids()
         if bound or record.name.startswith(SCHEDULER_LOGGERS):
             for name in SCHEDULER_FIELDS:
                 if getattr(record, name, None) is None:

@@ -27,10 +27,10 @@ from django.utils import timezone
 from django.views.decorators.http import require_safe
 from kombu import Connection
 
+from console.metrics import render_metrics
 from cronicorn_site.logs import mask_secrets
-from endpoints.metrics import render_metrics
+from endpoints.health import fleet_behind
 from endpoints.models import Heartbeat
-from endpoints.scheduling import fleet_behind
 
 BROKER_TIMEOUT_SECONDS = 2
 Check = dict[str, Any]

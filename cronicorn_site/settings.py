@@ -118,6 +118,7 @@ INSTALLED_APPS = [
     "planner",
     "api",
     "notifications",
+    "console",
 ]
 
 MIDDLEWARE = [
@@ -247,7 +248,7 @@ CRONICORN_SSRF_ALLOWLIST = env_list("CRONICORN_SSRF_ALLOWLIST", [])
 CRONICORN_MAX_REDIRECTS = env_int("CRONICORN_MAX_REDIRECTS", 5, minimum=0)
 CRONICORN_USER_AGENT = env_str("CRONICORN_USER_AGENT", "Cronicorn-Django/0.1 (+scheduler)")
 
-# Input caps (endpoints/validation.py, endpoints/config_io.py): what a person or a file
+# Input caps (endpoints/validation.py, endpoints/config_io/): what a person or a file
 # may store, so a hostile value costs a message, not memory or an LLM bill.
 CRONICORN_MAX_HEADERS = env_int("CRONICORN_MAX_HEADERS", 50, minimum=1)
 CRONICORN_MAX_HEADER_VALUE_CHARS = env_int("CRONICORN_MAX_HEADER_VALUE_CHARS", 8_192, minimum=1)
@@ -371,6 +372,13 @@ CELERY_TASK_ROUTES = {
     "cronicorn.plan_cycle": {"queue": "planner"},
     "cronicorn.analyze_endpoint": {"queue": "planner"},
     "cronicorn.notify_cycle": {"queue": "notify"},
+}
+# ``runscheduler``'s planner and notify loops (the same cycles as the two tasks above), by
+# name: the site wires the apps together, so the engine's app never imports them. An app
+# left out of INSTALLED_APPS (or a name set to "") leaves its loop off.
+CRONICORN_EMBEDDED_CYCLES = {
+    "plan": "planner.analysis.plan_cycle",
+    "notify": "notifications.alerts.notify_cycle",
 }
 CELERY_BEAT_SCHEDULE = {
     # A tick that is not taken within its own period is worthless: the next one replaces it.

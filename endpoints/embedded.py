@@ -2,14 +2,14 @@
 
 A tick loop claims what is due and hands each claim to a ``ClaimDispatcher``, which
 starts it at its scheduled time on a thread pool; a maintenance loop sweeps zombies and
-prunes old runs; a planner loop runs ``planner.analysis.plan_cycle`` and a notify loop
-``notifications.alerts.notify_cycle`` when those apps provide them. They call the very
-functions the Celery tasks call.
+prunes old runs; a planner loop and a notify loop run the cycles that
+``CRONICORN_EMBEDDED_CYCLES`` names (the planner's and the alerts', wired by the site's
+settings, so this app never imports those above it). They call the very functions the
+Celery tasks call.
 """
 
 from __future__ import annotations
 
-import importlib
 import logging
 import threading
 import time
@@ -17,12 +17,15 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
+from django.apps import apps
 from django.conf import settings
 from django.db import connections
 from django.utils import timezone
+from django.utils.module_loading import import_string
 
-from endpoints import scheduling
-from endpoints.dispatch import ClaimDispatcher
+from endpoints import health
+from endpoints.engine import claiming, maintenance
+from endpoints.engine.dispatch import ClaimDispatcher
 from endpoints.schedules import describe_duration
 
 logger = logging.getLogger("cronicorn.scheduler")
@@ -34,23 +37,15 @@ SUMMARY_SECONDS = 60.0
 SUMMARY_MIN_RUNS = 20
 
 
-def load_plan_cycle() -> Callable[..., Any] | None:
-    """The planner's cycle function, or None when the planner is not installed."""
-    return _load_cycle("planner.analysis", "plan_cycle")
-
-
-def load_notify_cycle() -> Callable[..., Any] | None:
-    """The alerts' cycle function, or None when the notifications app is not installed."""
-    return _load_cycle("notifications.alerts", "notify_cycle")
-
-
-def _load_cycle(module_name: str, name: str) -> Callable[..., Any] | None:
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError:
-        logger.info("%s is not available; its loop is off", module_name)
+def load_cycle(name: str) -> Callable[..., Any] | None:
+    """The cycle function ``CRONICORN_EMBEDDED_CYCLES[name]`` names, or None when it names
+    none or its app is not installed (that loop is then off)."""
+    path = settings.CRONICORN_EMBEDDED_CYCLES.get(name, "")
+    if not path or not apps.is_installed(path.split(".", 1)[0]):
+        logger.info("no %s cycle is installed; its loop is off", name)
         return None
-    return getattr(module, name, None)
+    cycle: Callable[..., Any] = import_string(path)
+    return cycle
 
 
 class EmbeddedScheduler:
@@ -70,20 +65,20 @@ class EmbeddedScheduler:
 
     def tick_once(self, *, now: datetime | None = None) -> bool:
         """Claim what is due and hand it to the dispatcher; True if anything was claimed."""
-        return bool(scheduling.tick(now=now, dispatch=self._submit_all))
+        return bool(claiming.tick(now=now, dispatch=self._submit_all))
 
-    def _submit_all(self, claims: list[scheduling.Claim]) -> None:
+    def _submit_all(self, claims: list[claiming.Claim]) -> None:
         for claim in claims:
             self.dispatcher.submit(claim)
 
     def maintain_once(self, *, now: datetime | None = None) -> int:
         """Sweep zombies, and prune old runs once an hour; returns the runs marked lost."""
         now = now or timezone.now()
-        lost = scheduling.sweep_zombies(now=now)
-        scheduling.end_signing_grace(now=now)
+        lost = maintenance.sweep_zombies(now=now)
+        maintenance.end_signing_grace(now=now)
         if time.monotonic() - self._last_prune >= PRUNE_EVERY_SECONDS:
             self._last_prune = time.monotonic()
-            scheduling.prune_runs(now=now)
+            maintenance.prune_runs(now=now)
         return lost
 
     def plan_once(self, *, now: datetime | None = None) -> int:
@@ -108,7 +103,7 @@ class EmbeddedScheduler:
 
     def summarize_once(self, *, now: datetime | None = None) -> None:
         """The minute's one-line summary, when runs are too frequent to read line by line."""
-        summary = scheduling.minute_summary(now=now or timezone.now())
+        summary = health.minute_summary(now=now or timezone.now())
         if summary["runs"] >= SUMMARY_MIN_RUNS:
             logger.info(
                 "last minute: %d runs, %d failed, lateness p95 %s, %d in flight",
@@ -153,7 +148,7 @@ class EmbeddedScheduler:
         """
         pending = self.dispatcher.drain_pending()
         if pending:
-            scheduling.release_claims(pending)
+            claiming.release_claims(pending)
             logger.info("released %d claim(s) that had not started", len(pending))
         return self.dispatcher.shutdown(timeout=timeout)
 

@@ -52,6 +52,19 @@ AI_ONESHOT = "ai-oneshot"
 CLAMPED_MIN = "clamped-min"
 CLAMPED_MAX = "clamped-max"
 PAUSED = "paused"
+MANUAL = "manual"  # not the governor's: a person asked for a run now
+
+
+# The schedule a person sets (an edit of any of these is planned again at once) and the
+# active hint the planner sets; both named as the Endpoint fields and as below.
+SCHEDULE_FIELDS = (
+    "baseline_cron",
+    "timezone",
+    "baseline_interval_ms",
+    "min_interval_ms",
+    "max_interval_ms",
+)
+HINT_FIELDS = ("ai_hint_interval_ms", "ai_hint_next_run_at", "ai_hint_expires_at")
 
 
 @dataclass(frozen=True)
@@ -255,7 +268,7 @@ SOURCE_WORDS = {
     CLAMPED_MIN: "the minimum interval",
     CLAMPED_MAX: "the maximum interval",
     PAUSED: "a pause",
-    "manual": "a manual run request",
+    MANUAL: "a manual run request",
 }
 
 

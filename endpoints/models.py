@@ -8,51 +8,21 @@ Durations are milliseconds; times are UTC.
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
-from urllib.parse import urlsplit
+from typing import Any, Literal, get_args
 
-import httpx
 from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.db import models
 from django.db.models import F, Q
 
-from endpoints import validation
-from endpoints.schedules import (
-    ScheduleError,
-    format_interval,
-    normalize_cron,
-    shortest_cron_gap_ms,
-    validate_timezone,
+from endpoints import governor, validation
+from endpoints.validation import (
+    MAX_RESPONSE_KB,
+    MAX_TIMEOUT_MS,
+    MIN_INTERVAL_MS,
+    MIN_TIMEOUT_MS,
+    validate_endpoint_url,
 )
-
-MIN_INTERVAL_MS = 1_000
-MIN_TIMEOUT_MS = 1_000
-MAX_TIMEOUT_MS = 30 * 60 * 1_000
-MAX_RESPONSE_KB = 10_000
-
-
-def validate_endpoint_url(value: str) -> None:
-    """An absolute http(s) URL with a host. Unlike Django's URLValidator it accepts
-    single-label hosts (``http://web:8000``), as in docker-compose service names; what a
-    host may resolve to is the executor's SSRF guard's business, not the form's."""
-    if "://" not in value:
-        raise ValidationError("Enter a valid URL, e.g. https://example.com/health.")
-    if not value.lower().startswith(("http://", "https://")):
-        raise ValidationError("Only http:// and https:// URLs can be called.")
-    try:
-        parts = urlsplit(value)
-        parts.port  # noqa: B018 - raises ValueError on a malformed port
-    except ValueError as exc:
-        raise ValidationError(f"Enter a valid URL ({exc}).") from None
-    if not parts.hostname or any(ch.isspace() for ch in value):
-        raise ValidationError("Enter a valid URL, e.g. https://example.com/health.")
-    try:
-        httpx.URL(value).host  # noqa: B018 - the executor's parse: xn-- labels decoded
-    except (httpx.InvalidURL, UnicodeError) as exc:
-        raise ValidationError(
-            f"The host name is not valid ({exc}); check the xn-- or non-ASCII labels."
-        ) from None
 
 
 def _choices_check(
@@ -97,14 +67,16 @@ class HttpMethod(models.TextChoices):
 
 
 class Source(models.TextChoices):
-    BASELINE_CRON = "baseline-cron"
-    BASELINE_INTERVAL = "baseline-interval"
-    AI_INTERVAL = "ai-interval"
-    AI_ONESHOT = "ai-oneshot"
-    CLAMPED_MIN = "clamped-min"
-    CLAMPED_MAX = "clamped-max"
-    PAUSED = "paused"
-    MANUAL = "manual"
+    """The governor's sources (``endpoints.governor``), plus a manual run request."""
+
+    BASELINE_CRON = governor.BASELINE_CRON
+    BASELINE_INTERVAL = governor.BASELINE_INTERVAL
+    AI_INTERVAL = governor.AI_INTERVAL
+    AI_ONESHOT = governor.AI_ONESHOT
+    CLAMPED_MIN = governor.CLAMPED_MIN
+    CLAMPED_MAX = governor.CLAMPED_MAX
+    PAUSED = governor.PAUSED
+    MANUAL = governor.MANUAL
 
 
 class RunTrigger(models.TextChoices):
@@ -120,6 +92,9 @@ class RunStatus(models.TextChoices):
     FAILURE = "failure"
     TIMEOUT = "timeout"
     LOST = "lost"
+
+
+FAILED_STATUSES = (RunStatus.FAILURE, RunStatus.TIMEOUT, RunStatus.LOST)
 
 
 class HintKind(models.TextChoices):
@@ -224,6 +199,11 @@ class Job(models.Model):
             )
 
 
+# What the admin's status filter and the API's ``?status=`` offer (``in_status``).
+EndpointStatus = Literal["healthy", "failing", "paused", "hinted", "archived"]
+ENDPOINT_STATUSES: tuple[str, ...] = get_args(EndpointStatus)
+
+
 class EndpointQuerySet(models.QuerySet["Endpoint"]):
     def bulk_create(self, objs: Any, *args: Any, **kwargs: Any) -> list[Endpoint]:
         """Also inserts their slots (``save`` does it one by one)."""
@@ -233,6 +213,18 @@ class EndpointQuerySet(models.QuerySet["Endpoint"]):
 
     def live(self) -> EndpointQuerySet:
         return self.filter(archived_at__isnull=True)
+
+    def in_status(self, status: str, *, now: datetime) -> EndpointQuerySet:
+        """Endpoints in one of ``ENDPOINT_STATUSES``; all of them for any other value."""
+        live, paused = Q(archived_at__isnull=True), Q(paused_until__gt=now)
+        conditions = {
+            "healthy": live & Q(failure_count=0) & ~paused,
+            "failing": live & Q(failure_count__gt=0),
+            "paused": live & paused,
+            "hinted": live & Q(ai_hint_expires_at__gt=now),
+            "archived": Q(archived_at__isnull=False),
+        }
+        return self.filter(conditions[status]) if status in conditions else self
 
     def for_user(self, user: Any) -> EndpointQuerySet:
         if user.is_superuser:
@@ -450,8 +442,8 @@ class Endpoint(models.Model):
                 "max_response_size_kb",
                 f"Response size cap must be 1..{MAX_RESPONSE_KB} KB; got {size}.",
             )
-        self._clean_schedule(add)
-        self._clean_bounds(add)
+        validation.check_schedule(self, add, floor=self.tenant_min_interval_ms)
+        validation.check_bounds(self, add, floor=self.tenant_min_interval_ms)
         hint = self._number("ai_hint_interval_ms")
         if hint is not None and hint < MIN_INTERVAL_MS:
             add("ai_hint_interval_ms", "A hinted interval must be at least 1 s (1000 ms).")
@@ -480,78 +472,6 @@ class Endpoint(models.Model):
             return MIN_INTERVAL_MS
         job = self.job
         return job.tenant.min_interval_ms if job is not None else MIN_INTERVAL_MS
-
-    def _clean_schedule(self, add: Any) -> None:
-        cron = self.baseline_cron if isinstance(self.baseline_cron, str) else ""
-        interval = self._number("baseline_interval_ms")
-        has_cron = bool(cron.strip())
-        has_interval = self.baseline_interval_ms is not None
-        if has_cron and has_interval:
-            add("baseline_cron", "Give either a cron expression or an interval, not both.")
-        elif not has_cron and not has_interval:
-            add(
-                "baseline_interval_ms",
-                "Give a schedule: a cron expression or an interval (e.g. 5m).",
-            )
-        zone_ok = False
-        try:
-            validate_timezone(self.timezone if isinstance(self.timezone, str) else "")
-            zone_ok = True
-        except ScheduleError as exc:
-            add("timezone", str(exc))
-        if has_cron:
-            try:
-                self.baseline_cron = normalize_cron(cron)
-            except ScheduleError as exc:
-                add("baseline_cron", str(exc))
-            else:
-                if zone_ok:
-                    self._clean_cron_floor(add)
-        if interval is not None and interval < MIN_INTERVAL_MS:
-            add(
-                "baseline_interval_ms",
-                f"The interval must be at least 1 s (1000 ms); got {interval} ms.",
-            )
-        floor = self.tenant_min_interval_ms
-        if interval is not None and MIN_INTERVAL_MS <= interval < floor:
-            add(
-                "baseline_interval_ms",
-                f"This tenant's plan allows intervals of at least {floor} ms "
-                f"({format_interval(floor)}).",
-            )
-
-    def _clean_cron_floor(self, add: Any) -> None:
-        floor = self.tenant_min_interval_ms
-        if floor <= 60_000:
-            return  # cron never fires more often than once a minute
-        gap = shortest_cron_gap_ms(self.baseline_cron, self.timezone)
-        if gap < floor:
-            add(
-                "baseline_cron",
-                f"This cron fires {format_interval(gap)} apart at times, but this tenant's "
-                f"plan allows runs at least {format_interval(floor)} apart; choose a "
-                "sparser schedule.",
-            )
-
-    def _clean_bounds(self, add: Any) -> None:
-        low, high = self._number("min_interval_ms"), self._number("max_interval_ms")
-        for field, value in (("min_interval_ms", low), ("max_interval_ms", high)):
-            if value is not None and value < 0:
-                add(field, "Bounds cannot be negative; leave empty (or 0) for no bound.")
-        if low and high and low > high:
-            add(
-                "min_interval_ms",
-                f"The minimum interval ({low} ms) is above the maximum "
-                f"({high} ms); lower the minimum or raise the maximum.",
-            )
-        floor = self.tenant_min_interval_ms
-        if high is not None and 0 < high < floor:
-            # Else the max would bring runs closer than the tenant's plan allows.
-            add(
-                "max_interval_ms",
-                f"The maximum interval ({format_interval(high)}) is below this tenant's "
-                f"shortest interval ({format_interval(floor)}); raise it or leave it empty.",
-            )
 
     def _name_taken(self) -> bool:
         # Mirrors endpoints_endpoint_unique_name, blaming the field instead of the pair.
@@ -634,7 +554,7 @@ class Slot(models.Model):
             ),
         ]
         indexes = [
-            # Used by the tick claim (scheduling.claim_due_endpoints): a claimed slot
+            # Used by the tick claim (engine.claiming.claim_due_endpoints): a claimed slot
             # leaves the index, so the claim costs O(claimed), not O(endpoints) nor
             # O(runs in flight).
             models.Index(
@@ -730,7 +650,7 @@ class Run(models.Model):
                 name="endpoints_run_one_per_slot",
             ),
             # One run per claim for the other attempts too (run now, retries): two
-            # deliveries of one claim cannot both start it (scheduling._start_run).
+            # deliveries of one claim cannot both start it (engine.running._start_run).
             models.UniqueConstraint(
                 fields=["endpoint", "scheduled_for", "attempt"],
                 condition=Q(trigger__in=["manual", "retry"]),

@@ -1,4 +1,4 @@
-"""Celery tasks of the engine: thin wrappers around ``endpoints.scheduling``.
+"""Celery tasks of the engine: thin wrappers around ``endpoints.engine``.
 
 - ``cronicorn.tick`` (queue ``tick``, sent by beat every ``CRONICORN_TICK_SECONDS``):
   claims, then after commit sends the claims as chunks to ``cronicorn.execute``.
@@ -16,7 +16,7 @@ then starts each at its own ``scheduled_for``.
 
 Every task is idempotent: a stale claim does nothing, and a claim delivered again while
 its run is in flight does nothing either (one run per claim, decided by the database:
-``scheduling._start_run``), so whatever the broker redelivers (``acks_late`` after a
+``runs._start_run``), so whatever the broker redelivers (``acks_late`` after a
 connection drop, a duplicate publish, a visibility timeout) runs nothing twice. Results
 are ignored (the Run row is the record).
 """
@@ -36,9 +36,9 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from endpoints import scheduling
-from endpoints.dispatch import ClaimDispatcher
-from endpoints.scheduling import Claim
+from endpoints.engine import claiming, maintenance
+from endpoints.engine.claiming import Claim
+from endpoints.engine.dispatch import ClaimDispatcher
 
 logger = logging.getLogger("cronicorn.scheduler")
 
@@ -80,7 +80,7 @@ def group_claims(claims: Sequence[Claim]) -> list[list[Claim]]:
 
 @shared_task(name="cronicorn.tick", ignore_result=True, soft_time_limit=30, time_limit=60)
 def tick() -> int:
-    return len(scheduling.tick(dispatch=send_after_commit))
+    return len(claiming.tick(dispatch=send_after_commit))
 
 
 def send_after_commit(claims: list[Claim]) -> None:
@@ -102,7 +102,7 @@ def send_claims(claims: Sequence[Claim]) -> None:
             logger.exception("could not send %d claim(s) to the broker", len(chunk))
             unsent.extend(chunk)
     if unsent:
-        released = scheduling.release_claims(unsent)
+        released = claiming.release_claims(unsent)
         logger.warning("released %d unsent claim(s) for the next tick", released)
 
 
@@ -140,7 +140,7 @@ def stop_dispatcher(**_: Any) -> None:
         return
     pending = current.drain_pending()
     if pending:
-        released = scheduling.release_claims(pending)
+        released = claiming.release_claims(pending)
         logger.info("released %d claim(s) that had not started", released)
     if not current.shutdown(timeout=settings.CRONICORN_SHUTDOWN_TIMEOUT_SECONDS):
         logger.warning("stopped with runs still in flight; their leases will expire")
@@ -149,10 +149,10 @@ def stop_dispatcher(**_: Any) -> None:
 @shared_task(name="cronicorn.sweep_zombies", ignore_result=True, time_limit=300)
 def sweep_zombies() -> int:
     now = timezone.now()
-    scheduling.end_signing_grace(now=now)
-    return scheduling.sweep_zombies(now=now)
+    maintenance.end_signing_grace(now=now)
+    return maintenance.sweep_zombies(now=now)
 
 
 @shared_task(name="cronicorn.prune_runs", ignore_result=True, time_limit=3600)
 def prune_runs() -> int:
-    return scheduling.prune_runs(now=timezone.now())
+    return maintenance.prune_runs(now=timezone.now())

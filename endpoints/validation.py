@@ -1,7 +1,7 @@
 """The one validation path for endpoints, jobs and tenants, whatever the interface.
 
-Every interface (admin form, import, API, MCP) validates through ``validate_endpoint``
-(``validate_job``, ``validate_tenant``): the model's ``full_clean``, which runs
+Every interface (admin form, import, API, MCP) validates through the model's
+``full_clean`` (the admin, the API and MCP through ``endpoints.forms``), which runs
 
 1. ``check_endpoint_values`` (from ``Endpoint.clean_fields``): the shape and type of every
    value a person or a file may give, before Django converts or compares anything, so
@@ -10,6 +10,9 @@ Every interface (admin form, import, API, MCP) validates through ``validate_endp
    names as RFC 9110 tokens; the size caps below;
 2. Django's own field checks, then ``Endpoint.clean`` (ranges, the schedule, the
    tenant's floor, names), which compare only values that passed step 1.
+
+The rules are functions of the values here, so this module imports no model: the models
+call it (``Endpoint.clean_fields`` and ``clean``), never the other way round.
 
 Problems are raised as one ``ValidationError`` keyed by field, worded for a person: they
 say what is wrong and how to fix it, and never repeat a header's value (it may be a
@@ -25,14 +28,21 @@ from __future__ import annotations
 import json
 import math
 import re
-from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Iterable
+from typing import Any
+from urllib.parse import urlsplit
 
+import httpx
 from django.conf import settings
 from django.core.exceptions import ValidationError
 
-if TYPE_CHECKING:
-    from endpoints.models import Endpoint, Job, Tenant
+from endpoints.schedules import (
+    ScheduleError,
+    format_interval,
+    normalize_cron,
+    shortest_cron_gap_ms,
+    validate_timezone,
+)
 
 # RFC 9110 5.1 / 5.6.2: a field name is a token.
 HEADER_NAME = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+\Z")
@@ -56,21 +66,13 @@ FRAMING_HEADERS = frozenset({"host", "content-length", "transfer-encoding", "con
 
 Problems = dict[str, list[str]]
 
-
-def validate_endpoint(endpoint: Endpoint, *, exclude: Iterable[str] = ()) -> None:
-    """Raise ValidationError (by field) unless ``endpoint`` may be saved as it is."""
-    endpoint.full_clean(exclude=list(exclude))
-
-
-def validate_job(job: Job, *, exclude: Iterable[str] = ()) -> None:
-    job.full_clean(exclude=list(exclude))
+MIN_INTERVAL_MS = 1_000
+MIN_TIMEOUT_MS = 1_000
+MAX_TIMEOUT_MS = 30 * 60 * 1_000
+MAX_RESPONSE_KB = 10_000
 
 
-def validate_tenant(tenant: Tenant, *, exclude: Iterable[str] = ()) -> None:
-    tenant.full_clean(exclude=list(exclude))
-
-
-def check_endpoint_values(endpoint: Endpoint, exclude: Iterable[str] = ()) -> Problems:
+def check_endpoint_values(endpoint: Any, exclude: Iterable[str] = ()) -> Problems:
     """Shape, type, characters and size of the values a person gives; never raises."""
     skip = set(exclude)
     problems: Problems = {}
@@ -105,7 +107,7 @@ def check_endpoint_values(endpoint: Endpoint, exclude: Iterable[str] = ()) -> Pr
 
 
 def check_text_values(
-    instance: Job | Tenant, exclude: Iterable[str] = (), *, in_refs: bool = False
+    instance: Any, exclude: Iterable[str] = (), *, in_refs: bool = False
 ) -> Problems:
     """Names, descriptions and a tenant's HMAC secret: no control characters, capped.
     ``in_refs``: the name appears in ``job/endpoint`` references, so it has no '/'."""
@@ -356,3 +358,107 @@ def _kind(value: Any) -> str:
     if type(value) in names:
         return names[type(value)]
     return f"a value of type {type(value).__name__}"
+
+
+def validate_endpoint_url(value: str) -> None:
+    """An absolute http(s) URL with a host. Unlike Django's URLValidator it accepts
+    single-label hosts (``http://web:8000``), as in docker-compose service names; what a
+    host may resolve to is the executor's SSRF guard's business, not the form's."""
+    if "://" not in value:
+        raise ValidationError("Enter a valid URL, e.g. https://example.com/health.")
+    if not value.lower().startswith(("http://", "https://")):
+        raise ValidationError("Only http:// and https:// URLs can be called.")
+    try:
+        parts = urlsplit(value)
+        parts.port  # noqa: B018 - raises ValueError on a malformed port
+    except ValueError as exc:
+        raise ValidationError(f"Enter a valid URL ({exc}).") from None
+    if not parts.hostname or any(ch.isspace() for ch in value):
+        raise ValidationError("Enter a valid URL, e.g. https://example.com/health.")
+    try:
+        httpx.URL(value).host  # noqa: B018 - the executor's parse: xn-- labels decoded
+    except (httpx.InvalidURL, UnicodeError) as exc:
+        raise ValidationError(
+            f"The host name is not valid ({exc}); check the xn-- or non-ASCII labels."
+        ) from None
+
+
+def whole_number(instance: Any, field: str) -> int | None:
+    """The field's value if it is a whole number (not a bool), else None: rules across
+    fields compare only values that passed the shape checks."""
+    value = getattr(instance, field)
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def check_schedule(endpoint: Any, add: Callable[[str, str], None], *, floor: int) -> None:
+    """Exactly one of cron or interval, a valid zone and cron, nothing below the floors."""
+    cron = endpoint.baseline_cron if isinstance(endpoint.baseline_cron, str) else ""
+    interval = whole_number(endpoint, "baseline_interval_ms")
+    has_cron = bool(cron.strip())
+    has_interval = endpoint.baseline_interval_ms is not None
+    if has_cron and has_interval:
+        add("baseline_cron", "Give either a cron expression or an interval, not both.")
+    elif not has_cron and not has_interval:
+        add(
+            "baseline_interval_ms",
+            "Give a schedule: a cron expression or an interval (e.g. 5m).",
+        )
+    zone_ok = False
+    try:
+        validate_timezone(endpoint.timezone if isinstance(endpoint.timezone, str) else "")
+        zone_ok = True
+    except ScheduleError as exc:
+        add("timezone", str(exc))
+    if has_cron:
+        try:
+            endpoint.baseline_cron = normalize_cron(cron)
+        except ScheduleError as exc:
+            add("baseline_cron", str(exc))
+        else:
+            if zone_ok:
+                _check_cron_floor(endpoint, add, floor)
+    if interval is not None and interval < MIN_INTERVAL_MS:
+        add(
+            "baseline_interval_ms",
+            f"The interval must be at least 1 s (1000 ms); got {interval} ms.",
+        )
+    if interval is not None and MIN_INTERVAL_MS <= interval < floor:
+        add(
+            "baseline_interval_ms",
+            f"This tenant's plan allows intervals of at least {floor} ms "
+            f"({format_interval(floor)}).",
+        )
+
+
+def _check_cron_floor(endpoint: Any, add: Callable[[str, str], None], floor: int) -> None:
+    if floor <= 60_000:
+        return  # cron never fires more often than once a minute
+    gap = shortest_cron_gap_ms(endpoint.baseline_cron, endpoint.timezone)
+    if gap < floor:
+        add(
+            "baseline_cron",
+            f"This cron fires {format_interval(gap)} apart at times, but this tenant's "
+            f"plan allows runs at least {format_interval(floor)} apart; choose a "
+            "sparser schedule.",
+        )
+
+
+def check_bounds(endpoint: Any, add: Callable[[str, str], None], *, floor: int) -> None:
+    """min and max: not negative, min not above max, max not below the tenant's floor."""
+    low, high = whole_number(endpoint, "min_interval_ms"), whole_number(endpoint, "max_interval_ms")
+    for field, value in (("min_interval_ms", low), ("max_interval_ms", high)):
+        if value is not None and value < 0:
+            add(field, "Bounds cannot be negative; leave empty (or 0) for no bound.")
+    if low and high and low > high:
+        add(
+            "min_interval_ms",
+            f"The minimum interval ({low} ms) is above the maximum "
+            f"({high} ms); lower the minimum or raise the maximum.",
+        )
+    if high is not None and 0 < high < floor:
+        # Else the max would bring runs closer than the tenant's plan allows.
+        add(
+            "max_interval_ms",
+            f"The maximum interval ({format_interval(high)}) is below this tenant's "
+            f"shortest interval ({format_interval(floor)}); raise it or leave it empty.",
+        )

@@ -22,7 +22,7 @@ from urllib.parse import urlsplit
 from django.conf import settings
 from django.core.mail import EmailMessage, get_connection
 
-from endpoints.executor import (
+from endpoints.engine.executor import (
     AddressGuard,
     BlockedAddressError,
     HttpRequest,

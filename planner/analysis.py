@@ -25,7 +25,7 @@ from django.db.models import Exists, F, OuterRef, Q, QuerySet, Sum, Window
 from django.db.models.functions import RowNumber
 from django.utils import timezone
 
-from endpoints import metrics
+from endpoints.engine import metrics
 from endpoints.models import Endpoint, Heartbeat, JobStatus, Run, RunStatus
 from planner.backends import llm, rules
 from planner.models import AnalysisSession, Backend, SessionStatus
@@ -207,10 +207,11 @@ def choose_backend(endpoint: Endpoint, requested: str, now: datetime) -> _Choice
 
 
 def tokens_spent_this_month(tenant_id: int, *, now: datetime) -> int:
-    month_start = now.astimezone(UTC).replace(day=1, hour=0, minute=0, second=0, microsecond=0)
-    spent = AnalysisSession.objects.filter(
-        endpoint__job__tenant_id=tenant_id, started_at__gte=month_start
-    ).aggregate(total=Sum("total_tokens"))["total"]
+    spent = (
+        AnalysisSession.objects.this_month(now)
+        .filter(endpoint__job__tenant_id=tenant_id)
+        .aggregate(total=Sum("total_tokens"))["total"]
+    )
     return spent or 0
 
 
@@ -312,7 +313,9 @@ def _finish(
             "next_analysis_at",
         ]
     )
-    metrics.record_planner_session(session)
+    metrics.record_planner_session(
+        backend=session.backend, status=session.status, tokens=session.total_tokens or 0
+    )
 
 
 def _next_analysis_delay(session: AnalysisSession, tools: EndpointTools) -> timedelta:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Any
 
 from django.db import models
@@ -15,6 +16,15 @@ class AnalysisSessionQuerySet(models.QuerySet["AnalysisSession"]):
         if user.is_superuser:
             return self
         return self.filter(endpoint__job__tenant__members=user)
+
+    def this_month(self, now: datetime) -> AnalysisSessionQuerySet:
+        """Sessions started this calendar month (UTC): the month of the token budget."""
+        return self.filter(started_at__gte=budget_month_start(now))
+
+
+def budget_month_start(now: datetime) -> datetime:
+    """The start of the calendar month (UTC) that a tenant's token budget covers."""
+    return now.astimezone(UTC).replace(day=1, hour=0, minute=0, second=0, microsecond=0)
 
 
 class Backend(models.TextChoices):

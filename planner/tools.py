@@ -5,7 +5,7 @@ arguments, the rules backend calls them directly. Every argument is validated ag
 the same JSON schema the model is shown (``TOOL_SCHEMAS``) before anything is read or
 written; a bad call returns an error message to the caller and writes nothing. No tool
 takes an endpoint argument, so nothing a response body says can reach another endpoint.
-Action tools write through ``endpoints.scheduling`` (hint, hint history, nudge).
+Action tools write through ``endpoints.operations`` (hint, hint history, nudge).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from endpoints import scheduling
+from endpoints import operations
 from endpoints.models import Endpoint, Run, RunStatus, Source
 from planner.models import AnalysisSession
 
@@ -309,7 +309,7 @@ class EndpointTools:
             args = parse_arguments(name, raw_arguments)
             record["arguments"] = args
             result = self._handlers()[name](args)
-        except (ToolError, scheduling.OperationRefused) as exc:
+        except (ToolError, operations.OperationRefused) as exc:
             record["error"] = str(exc)
             return {"error": str(exc)}
         record["result"] = result
@@ -365,13 +365,13 @@ class EndpointTools:
             entries.append({**entry, **describe_run(run)} if run else {**entry, "found": False})
         return {"count": len(entries), "siblings": entries, "note": "Read only."}
 
-    # Action tools: all writes go through endpoints.scheduling.
+    # Action tools: all writes go through endpoints.operations.
 
     def _propose_interval(self, args: dict[str, Any]) -> dict[str, Any]:
         # Stored as asked, as `manage.py hint` does: the governor clamps to the endpoint's
         # and the tenant's bounds at every plan and names it (clamped-min/-max).
         interval = int(args["intervalMs"])
-        scheduling.apply_hint(
+        operations.apply_hint(
             self.endpoint,
             now=self.now,
             interval_ms=interval,
@@ -401,7 +401,7 @@ class EndpointTools:
                 "propose_next_time: the hint would expire before that time; "
                 f"raise ttlMinutes to at least {minutes} (at most {MAX_TTL_MINUTES})."
             )
-        scheduling.apply_hint(
+        operations.apply_hint(
             self.endpoint,
             now=self.now,
             next_run_at=at,
@@ -413,7 +413,7 @@ class EndpointTools:
 
     def _pause_until(self, args: dict[str, Any]) -> dict[str, Any]:
         if args["untilIso"] is None:
-            scheduling.resume_endpoint(
+            operations.resume_endpoint(
                 self.endpoint, now=self.now, reason=args["reason"], session=self.session
             )
             return self._written("Endpoint resumed.")
@@ -428,13 +428,13 @@ class EndpointTools:
                 "pause_until: the planner may pause for at most 24 hours "
                 f"(until {(self.now + MAX_PAUSE).isoformat()}); it can extend later."
             )
-        scheduling.pause_endpoint(
+        operations.pause_endpoint(
             self.endpoint, now=self.now, until=until, reason=args["reason"], session=self.session
         )
         return self._written(f"Endpoint paused until {until.isoformat()}.")
 
     def _clear_hints(self, args: dict[str, Any]) -> dict[str, Any]:
-        scheduling.clear_hints(
+        operations.clear_hints(
             self.endpoint, now=self.now, reason=args["reason"], session=self.session
         )
         return self._written("Hints cleared: the baseline schedule applies.")

@@ -235,7 +235,7 @@ def test_creating_an_endpoint_past_the_tenant_quota_is_refused(world: World) -> 
     )
 
     errors = response.context["adminform"].form.errors
-    assert "already has 1 of its 1 endpoints" in errors["job"][0]
+    assert "would have 2 endpoints but max_endpoints is 1" in errors["job"][0]
     assert not Endpoint.objects.filter(name="orders").exists()
 
 

@@ -12,7 +12,7 @@ from collections.abc import Callable
 import pytest
 from django.urls import reverse
 
-from endpoints.admin_actions import OPERATIONS
+from console.admin.actions import OPERATIONS
 from endpoints.models import Endpoint, HintHistory, Job, Run
 from tests.admin_world import TenantWorld, World, build_world, operation_url
 

@@ -17,7 +17,7 @@ from django.db import connection
 from django.test import Client
 from django.urls import reverse
 
-from endpoints.admin_filters import BoundedCountPaginator
+from console.admin.filters import BoundedCountPaginator
 from endpoints.models import Endpoint
 
 ENDPOINTS = 10_000

@@ -7,7 +7,9 @@ from datetime import UTC, datetime
 
 import pytest
 
-from endpoints.config_io import ConfigError, dump_document, export_config, import_document
+from endpoints.config_io.documents import ConfigError, dump_document
+from endpoints.config_io.exporting import export_config
+from endpoints.config_io.importing import import_document
 from notifications.models import Channel, ChannelKind
 
 pytestmark = pytest.mark.django_db

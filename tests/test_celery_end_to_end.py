@@ -10,8 +10,8 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from django.utils import timezone
 
+from endpoints.engine.claiming import Claim
 from endpoints.models import Heartbeat, Run, RunStatus, Slot, Source
-from endpoints.scheduling import Claim
 from endpoints.tasks import CHUNK_SIZE, group_claims
 from tests.engine_processes import (
     celery_beat,

@@ -12,13 +12,9 @@ import pytest
 from django.conf import settings
 from django.db import connection, connections, transaction
 
+from endpoints.engine.claiming import _PG_CLAIM_UNLIMITED, claim_due_endpoints
 from endpoints.models import Endpoint, Job, JobStatus, Slot, Source
-from endpoints.scheduling import (
-    _PG_CLAIM_UNLIMITED,
-    archive_endpoint,
-    claim_due_endpoints,
-    pause_endpoint,
-)
+from endpoints.operations import archive_endpoint, pause_endpoint
 
 pytestmark = pytest.mark.django_db
 

@@ -17,11 +17,11 @@ from django.contrib.auth import get_user_model
 from django.test import Client
 from django.urls import reverse
 
-from endpoints.config_io import import_config
+from endpoints.config_io.importing import import_config
 from endpoints.governor import EndpointSchedule, plan_after_edit
 from endpoints.models import Endpoint, Slot
+from endpoints.operations import replan_after_edit
 from endpoints.schedules import format_interval
-from endpoints.scheduling import replan_after_edit
 
 pytestmark = pytest.mark.django_db
 

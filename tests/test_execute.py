@@ -10,16 +10,11 @@ import pytest
 from django.db import connection, connections, transaction
 from django.utils import timezone
 
-from endpoints import scheduling
+from endpoints.engine import running
+from endpoints.engine.claiming import Claim, claim_due_endpoints
+from endpoints.engine.running import execute_claim, record_outcomes, start_claims
 from endpoints.models import Endpoint, Run, RunStatus, RunTrigger, Slot, Source
-from endpoints.scheduling import (
-    Claim,
-    apply_hint,
-    claim_due_endpoints,
-    execute_claim,
-    record_outcomes,
-    start_claims,
-)
+from endpoints.operations import apply_hint
 from tests.engine_processes import wait_until
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("loopback_allowed")]
@@ -258,9 +253,9 @@ def test_claims_started_together_each_get_their_own_run_or_nothing(
     Endpoint.objects.filter(pk=paused.pk).update(paused_until=now + timedelta(hours=1))
 
     one_by_one: list[int] = []
-    start_one = scheduling._start_run
+    start_one = running._start_run
     monkeypatch.setattr(
-        scheduling,
+        running,
         "_start_run",
         lambda endpoint, *rest: one_by_one.append(endpoint.pk) or start_one(endpoint, *rest),
     )

@@ -15,7 +15,7 @@ import pytest
 from django.core.management import call_command
 from django.core.management.base import CommandError
 
-from endpoints.config_io import ConfigError, load_document
+from endpoints.config_io.documents import ConfigError, load_document
 
 pytestmark = pytest.mark.timeout(20)
 

@@ -15,8 +15,8 @@ from django.urls import reverse
 from django.utils import timezone
 from prometheus_client.parser import text_string_to_metric_families
 
+from endpoints.health import fleet_behind
 from endpoints.models import Endpoint, Heartbeat, Run, RunStatus, RunTrigger, Slot, Source
-from endpoints.scheduling import fleet_behind
 
 pytestmark = pytest.mark.django_db
 

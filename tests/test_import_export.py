@@ -20,6 +20,7 @@ from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core.management import CommandError, call_command
 
+from endpoints import config_io
 from endpoints.governor import EndpointSchedule, plan_next_run
 from endpoints.models import Endpoint, Job, Slot, Tenant
 
@@ -779,7 +780,6 @@ def test_import_and_export_through_manage_py(
 def test_the_format_example_in_the_module_docstring_imports(
     write: Callable[..., Path], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from endpoints import config_io
 
     example = config_io.__doc__.split("::\n", 1)[1].split("\n\n", 1)[0]  # type: ignore[union-attr]
     get_user_model().objects.create_user("alice")

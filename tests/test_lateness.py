@@ -7,9 +7,9 @@ from datetime import timedelta
 
 import pytest
 
+from endpoints.health import scheduler_health
 from endpoints.models import Run, RunStatus
 from endpoints.schedules import describe_duration
-from endpoints.scheduling import scheduler_health
 
 pytestmark = pytest.mark.django_db
 

@@ -7,9 +7,11 @@ from datetime import timedelta
 
 import pytest
 
-from endpoints import scheduling
+from endpoints.engine import maintenance
+from endpoints.engine.claiming import tick
+from endpoints.engine.maintenance import prune_runs, sweep_zombies
+from endpoints.health import scheduler_health
 from endpoints.models import Endpoint, Heartbeat, Run, RunStatus, RunTrigger
-from endpoints.scheduling import prune_runs, scheduler_health, sweep_zombies, tick
 
 pytestmark = pytest.mark.django_db
 
@@ -61,7 +63,7 @@ def test_retention_deletes_old_runs_but_keeps_each_endpoints_latest(
 ):
     settings.CRONICORN_RUN_RETENTION_DAYS = 30
     settings.CRONICORN_RUN_RETENTION_KEEP = 3
-    monkeypatch.setattr(scheduling, "PRUNE_BATCH_SIZE", 2)  # several batches
+    monkeypatch.setattr(maintenance, "PRUNE_BATCH_SIZE", 2)  # several batches
     busy, quiet = make_endpoint(), make_endpoint()
     old_busy = [make_run(busy, now - 40 * DAY - k * S) for k in range(6)]
     recent_busy = [make_run(busy, now - DAY - k * S) for k in range(4)]

@@ -8,6 +8,8 @@ import pytest
 from django.contrib.auth import get_user_model
 from django.utils import timezone
 
+from endpoints.engine.claiming import claim_due_endpoints
+from endpoints.engine.running import execute_claim
 from endpoints.models import (
     Endpoint,
     HintHistory,
@@ -19,13 +21,11 @@ from endpoints.models import (
     RunTrigger,
     Source,
 )
-from endpoints.scheduling import (
+from endpoints.operations import (
     OperationRefused,
     apply_hint,
     archive_endpoint,
-    claim_due_endpoints,
     clear_hints,
-    execute_claim,
     pause_endpoint,
     pause_job,
     recompute_next_run,

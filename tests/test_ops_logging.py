@@ -197,7 +197,7 @@ def test_a_celery_task_line_carries_the_task_id_and_the_bound_ids() -> None:
 def test_a_request_made_on_the_event_loop_logs_with_the_ids_of_its_run() -> None:
     """The executor runs on its own thread's event loop; its lines still carry the ids
     bound where the request was handed over."""
-    from endpoints.executor import HttpRequest, NetworkPolicy, submit_request
+    from endpoints.engine.executor import HttpRequest, NetworkPolicy, submit_request
 
     capture = Capture(JsonFormatter())
     executor_logger = logging.getLogger("cronicorn.executor")

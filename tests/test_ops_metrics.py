@@ -10,9 +10,9 @@ from django.test import Client
 from django.utils import timezone
 from prometheus_client.parser import text_string_to_metric_families
 
-from endpoints import metrics
+from endpoints.engine import metrics
 from endpoints.models import Endpoint, Heartbeat, Job, JobStatus, Run, RunStatus, Slot, Tenant
-from endpoints.scheduling import archive_endpoint, pause_endpoint
+from endpoints.operations import archive_endpoint, pause_endpoint
 from planner.models import AnalysisSession
 
 TOKEN = "metrics-token-for-tests"

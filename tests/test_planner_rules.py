@@ -13,8 +13,9 @@ import time_machine
 from pytest_httpserver import HTTPServer
 from werkzeug import Request, Response
 
-from endpoints import scheduling
-from endpoints.executor import NetworkPolicy
+from endpoints import operations
+from endpoints.engine import claiming, running
+from endpoints.engine.executor import NetworkPolicy
 from endpoints.models import Endpoint, HintHistory, HintKind, Run
 from planner.analysis import plan_cycle
 from planner.backends.rules import (
@@ -299,8 +300,8 @@ class Scenario:
                 at = NOW + timedelta(minutes=minute)
                 clock.move_to(at)
                 self.minute = minute
-                for claim in scheduling.claim_due_endpoints(now=at, limit=10, horizon_ms=0):
-                    if scheduling.execute_claim(claim, policy=policy):
+                for claim in claiming.claim_due_endpoints(now=at, limit=10, horizon_ms=0):
+                    if running.execute_claim(claim, policy=policy):
                         ran.append(minute)
                 plan_cycle(now=at)
         return ran
@@ -428,7 +429,7 @@ def test_the_planners_pause_is_lifted_when_a_test_run_answers_normally(
 
     later = NOW + timedelta(minutes=5)
     with time_machine.travel(later, tick=False):
-        scheduling.test_endpoint(watched.endpoint, now=later)
+        operations.test_endpoint(watched.endpoint, now=later)
         [session] = plan_cycle(now=later)
 
     watched.endpoint.refresh_from_db()

@@ -11,8 +11,8 @@ import pytest
 import time_machine
 from django.db import connection
 
-from endpoints import scheduling
-from endpoints.executor import NetworkPolicy
+from endpoints.engine import claiming, running
+from endpoints.engine.executor import NetworkPolicy
 from endpoints.models import Endpoint, Heartbeat, Job, JobStatus, Run, RunStatus, Tenant
 from planner import analysis
 from planner.analysis import AnalysisBusy, analyze_endpoint, plan_cycle, select_for_analysis
@@ -217,8 +217,8 @@ def test_the_scheduler_keeps_running_while_every_analysis_fails(
         for minute in range(4):
             at = now + timedelta(minutes=minute)
             clock.move_to(at)
-            for claim in scheduling.claim_due_endpoints(now=at, limit=10, horizon_ms=0):
-                ran.append(scheduling.execute_claim(claim, policy=policy))
+            for claim in claiming.claim_due_endpoints(now=at, limit=10, horizon_ms=0):
+                ran.append(running.execute_claim(claim, policy=policy))
             plan_cycle(now=at)
 
     assert [run.started_at for run in ran if run] == [now + timedelta(minutes=m) for m in range(4)]

@@ -1,4 +1,4 @@
-"""Runs that finish together are written together: ``scheduling.record_outcomes`` and the
+"""Runs that finish together are written together: ``running.record_outcomes`` and the
 dispatcher's writer (DESIGN.md "Life of a run", steps 3 and 4)."""
 
 from __future__ import annotations
@@ -12,18 +12,13 @@ from typing import Any
 import pytest
 from django.utils import timezone
 
-from endpoints import dispatch
-from endpoints.dispatch import ClaimDispatcher
+from endpoints.engine import dispatch
+from endpoints.engine.claiming import Claim, claim_due_endpoints
+from endpoints.engine.dispatch import ClaimDispatcher
+from endpoints.engine.outcomes import Outcome
+from endpoints.engine.running import Started, call_claim, record_outcomes
 from endpoints.models import Run, RunStatus, Slot, Source
-from endpoints.scheduling import (
-    Claim,
-    Outcome,
-    Started,
-    apply_hint,
-    call_claim,
-    claim_due_endpoints,
-    record_outcomes,
-)
+from endpoints.operations import apply_hint
 
 S = timedelta(seconds=1)
 

@@ -17,19 +17,12 @@ import pytest
 from django.db import connections
 from django.utils import timezone
 
-from endpoints import dispatch, scheduling
-from endpoints.dispatch import ClaimDispatcher
+from endpoints.engine import dispatch, outcomes, running
+from endpoints.engine.claiming import SPREAD_OVER, Claim, claim_due_endpoints, tick
+from endpoints.engine.dispatch import ClaimDispatcher
+from endpoints.engine.running import execute_claim, renew_leases, start_claims
 from endpoints.models import Endpoint, Run, RunStatus, RunTrigger, Slot, Source
-from endpoints.scheduling import (
-    SPREAD_OVER,
-    Claim,
-    claim_due_endpoints,
-    execute_claim,
-    renew_leases,
-    run_now,
-    start_claims,
-    tick,
-)
+from endpoints.operations import run_now
 from tests.engine_processes import wait_until
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("loopback_allowed")]
@@ -184,9 +177,9 @@ def test_a_claim_whose_run_cannot_be_recorded_is_released_at_once(make_endpoint,
     [claim] = due_claims(endpoint)
 
     def refuse(*_args: Any) -> Run:
-        raise scheduling.OperationalError("the database went away")
+        raise running.OperationalError("the database went away")
 
-    monkeypatch.setattr(scheduling, "_start_run", refuse)
+    monkeypatch.setattr(running, "_start_run", refuse)
     assert start_claims([claim]) == [None]
     slot = Slot.objects.get(pk=endpoint.pk)
     assert (slot.claim_token, slot.locked_until) == (None, None)
@@ -234,12 +227,12 @@ def test_slots_claimed_late_start_spread_and_slots_claimed_on_time_start_on_thei
 def test_a_run_that_ends_after_its_endpoint_was_deleted_says_so(make_endpoint, target, caplog):
     endpoint = make_endpoint(url=target.url("/"))
     [claim] = due_claims(endpoint)
-    called = scheduling.call_claim(claim)
-    assert isinstance(called, scheduling.Outcome)
+    called = running.call_claim(claim)
+    assert isinstance(called, outcomes.Outcome)
     Endpoint.objects.filter(pk=endpoint.pk).delete()  # while its request was in flight
 
     with caplog.at_level("INFO", logger="cronicorn.scheduler"):
-        scheduling.record_outcomes([called])
+        running.record_outcomes([called])
 
     assert "after its endpoint was deleted; nothing recorded" in caplog.text
     assert "deleted during its run; nothing to plan" in caplog.text
@@ -254,7 +247,7 @@ def test_a_claim_whose_start_meets_a_database_restart_starts_once_it_is_back():
     def start(claims: list[Claim]) -> list[Any]:
         attempts.append(time.monotonic())
         if len(attempts) < 3:
-            raise scheduling.OperationalError("the database system is starting up")
+            raise running.OperationalError("the database system is starting up")
         return [None] * len(claims)
 
     dispatcher = ClaimDispatcher(max_in_flight=5, start=start)
@@ -274,7 +267,7 @@ def test_a_claim_is_not_started_again_once_its_lease_would_have_ended(settings):
 
     def start(claims: list[Claim]) -> list[Any]:
         attempts.append(time.monotonic())
-        raise scheduling.OperationalError("connection refused")
+        raise running.OperationalError("connection refused")
 
     dispatcher = ClaimDispatcher(max_in_flight=5, start=start)
     try:

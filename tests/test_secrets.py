@@ -16,10 +16,12 @@ from django.core.management.base import CommandError
 from django.urls import reverse
 from django.utils import timezone
 
-from endpoints.config_io import ConfigError, export_config, import_config
+from endpoints.config_io.documents import ConfigError
+from endpoints.config_io.exporting import export_config
+from endpoints.config_io.importing import import_config
 from endpoints.models import Endpoint, Job, Run
-from endpoints.scheduling import test_endpoint
-from endpoints.secrets import MASK, redact_url, strip_userinfo
+from endpoints.operations import test_endpoint
+from endpoints.secrets import MASK, mask_headers, redact_url, strip_userinfo
 from tests.admin_world import World, build_world
 from tests.http_targets import TargetServer
 
@@ -264,3 +266,25 @@ def test_a_search_never_matches_inside_a_url_password(world: World) -> None:
 
     assert f"/{endpoint.pk}/change/" not in probing
     assert f"/{endpoint.pk}/change/" in by_name
+
+
+def test_mask_headers_hides_named_and_secret_looking_values() -> None:
+    headers = {
+        "Authorization": "Bearer t",
+        "X-Api-Key": "k",
+        "X-Session-Token": "t",
+        "Cookie": "c",
+        "X-Tenant": "acme",
+        "Accept": "application/json",
+    }
+
+    masked = mask_headers(headers, secret_names=["x-tenant"])
+
+    assert masked == {
+        "Authorization": MASK,
+        "X-Api-Key": MASK,
+        "X-Session-Token": MASK,
+        "Cookie": MASK,
+        "X-Tenant": MASK,
+        "Accept": "application/json",
+    }

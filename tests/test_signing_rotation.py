@@ -15,14 +15,11 @@ from django.core.management.base import CommandError
 from django.test import Client
 from django.utils import timezone
 
+from endpoints.engine.claiming import claim_due_endpoints
+from endpoints.engine.maintenance import end_signing_grace
+from endpoints.engine.running import execute_claim
 from endpoints.models import Endpoint, Slot, Source, Tenant
-from endpoints.scheduling import (
-    claim_due_endpoints,
-    end_signing_grace,
-    execute_claim,
-    rotate_signing_secret,
-    test_endpoint,
-)
+from endpoints.operations import rotate_signing_secret, test_endpoint
 from tests.api_world import make_key
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("loopback_allowed")]

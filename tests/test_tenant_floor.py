@@ -13,7 +13,7 @@ from django.core.exceptions import ValidationError
 
 from endpoints.governor import EndpointSchedule, plan_next_run
 from endpoints.models import Endpoint, Job, Tenant
-from endpoints.scheduling import apply_hint
+from endpoints.operations import apply_hint
 
 NOW = datetime(2026, 11, 24, 12, 0, tzinfo=UTC)
 FIVE_MIN = 300_000

@@ -17,14 +17,10 @@ from django.db import connections
 from django.utils import timezone
 
 from endpoints.embedded import EmbeddedScheduler
+from endpoints.engine.claiming import Claim, claim_due_endpoints
+from endpoints.engine.running import execute_claim
 from endpoints.models import Endpoint, Run, RunStatus, Slot, Source
-from endpoints.scheduling import (
-    Claim,
-    apply_hint,
-    claim_due_endpoints,
-    execute_claim,
-    run_now,
-)
+from endpoints.operations import apply_hint, run_now
 from tests.engine_processes import wait_until
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("loopback_allowed")]

@@ -17,9 +17,9 @@ from django.utils import timezone
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from endpoints.config_io import ConfigError, import_config, import_document
+from endpoints.config_io.documents import ConfigError
+from endpoints.config_io.importing import import_config, import_document
 from endpoints.models import Endpoint, Job, Tenant
-from endpoints.validation import validate_endpoint
 
 pytestmark = pytest.mark.django_db
 
@@ -153,7 +153,7 @@ def valid_endpoint(job: Job, **values: Any) -> Endpoint:
 def saves_or_refuses(endpoint: Endpoint) -> None:
     """Validation refuses it with a ValidationError, or PostgreSQL stores it."""
     try:
-        validate_endpoint(endpoint)
+        endpoint.full_clean()
     except ValidationError as refused:
         assert refused.message_dict  # every problem is named by a field
         return
@@ -286,7 +286,7 @@ def test_any_file_text_is_a_located_problem_or_imported(job: Job, text: str, fmt
 
 def refused(job: Job, **values: Any) -> dict[str, list[str]]:
     with pytest.raises(ValidationError) as error:
-        validate_endpoint(valid_endpoint(job, **values))
+        valid_endpoint(job, **values).full_clean()
     return error.value.message_dict
 
 
@@ -430,7 +430,7 @@ def test_a_reason_with_nul_is_refused_by_every_operation(
 ) -> None:
     from datetime import timedelta
 
-    from endpoints.scheduling import OperationRefused, apply_hint, pause_endpoint
+    from endpoints.operations import OperationRefused, apply_hint, pause_endpoint
 
     endpoint = make_endpoint()
     now = timezone.now()

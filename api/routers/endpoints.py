@@ -1,5 +1,6 @@
 """Endpoints: list, create, get, update, delete, archive, pause, resume, run now, test,
-hints, reset failures. Every write is the admin's form and a ``scheduling`` function."""
+hints, reset failures. Every write is ``endpoints.forms`` and an ``endpoints.operations``
+function."""
 
 from __future__ import annotations
 
@@ -21,17 +22,15 @@ from api.schemas import (
     EndpointOut,
     EndpointPage,
     EndpointPatch,
-    EndpointStatusFilter,
     HintIn,
     Message,
     PauseIn,
     ReasonIn,
     RunDetail,
 )
-from endpoints import scheduling
-from endpoints.admin_filters import endpoint_status_condition
+from endpoints import operations
 from endpoints.governor import EndpointSchedule, explain_plan
-from endpoints.models import Endpoint, Run
+from endpoints.models import Endpoint, EndpointStatus, Run
 
 router = Router(tags=["endpoints"])
 
@@ -52,7 +51,7 @@ def scoped_endpoint(principal: Principal, endpoint_id: int) -> Endpoint:
 def list_endpoints(
     principal: Principal,
     job_id: int | None = None,
-    status: EndpointStatusFilter | None = None,
+    status: EndpointStatus | None = None,
     search: str | None = None,
     cursor: str | None = None,
     limit: int = DEFAULT_LIMIT,
@@ -61,8 +60,8 @@ def list_endpoints(
     endpoints = endpoints_of(principal)
     if job_id is not None:
         endpoints = endpoints.filter(job_id=scoped_job(principal, job_id).pk)
-    if status and (condition := endpoint_status_condition(status, now=timezone.now())):
-        endpoints = endpoints.filter(condition)
+    if status:
+        endpoints = endpoints.in_status(status, now=timezone.now())  # type: ignore[attr-defined]
     if search:
         endpoints = endpoints.filter(Q(name__icontains=search) | Q(url__icontains=search))
     return keyset_page(endpoints, key="id", cursor=cursor, limit=limit, descending=False)
@@ -83,7 +82,7 @@ def create_endpoint(principal: Principal, payload: EndpointIn) -> Endpoint:
     values = payload.dict(exclude_unset=True)
     values["job"] = scoped_job(principal, values.pop("job_id")).pk
     form = endpoint_form(principal, Endpoint(), values)
-    scheduling.save_endpoint(form.instance, now=timezone.now(), changed=None, schedule_changed=True)
+    operations.save_endpoint(form.instance, now=timezone.now(), changed=None, schedule_changed=True)
     return form.instance
 
 
@@ -112,7 +111,7 @@ def update_endpoint(principal: Principal, endpoint_id: int, payload: EndpointPat
         values["job"] = scoped_job(principal, values.pop("job_id")).pk
     form = endpoint_form(principal, endpoint, values)
     editable = {f.name for f in Endpoint._meta.concrete_fields}
-    scheduling.save_endpoint(
+    operations.save_endpoint(
         endpoint,
         now=timezone.now(),
         changed=[name for name in form.changed_data if name in editable],
@@ -148,7 +147,7 @@ def delete_endpoint(principal: Principal, endpoint_id: int) -> Message:
 def archive_endpoint(principal: Principal, endpoint_id: int) -> Endpoint:
     """Archive an endpoint: it never runs again; its runs are kept."""
     endpoint = scoped_endpoint(principal, endpoint_id)
-    scheduling.archive_endpoint(endpoint, now=timezone.now(), user=principal.user)
+    operations.archive_endpoint(endpoint, now=timezone.now(), user=principal.user)
     return endpoint
 
 
@@ -167,7 +166,7 @@ def pause_endpoint(principal: Principal, endpoint_id: int, payload: PauseIn) -> 
     if (payload.until is None) == (payload.for_ms is None):
         raise InvalidInput({"until": ["Give exactly one of until (a time) or for_ms."]})
     until = payload.until or now + timedelta(milliseconds=payload.for_ms or 0)
-    scheduling.pause_endpoint(
+    operations.pause_endpoint(
         endpoint, now=now, until=until, reason=payload.reason, user=principal.user
     )
     return endpoint
@@ -184,7 +183,7 @@ def pause_endpoint(principal: Principal, endpoint_id: int, payload: PauseIn) -> 
 def resume_endpoint(principal: Principal, endpoint_id: int) -> Endpoint:
     """Resume a paused endpoint; it is planned afresh."""
     endpoint = scoped_endpoint(principal, endpoint_id)
-    scheduling.resume_endpoint(endpoint, now=timezone.now(), user=principal.user)
+    operations.resume_endpoint(endpoint, now=timezone.now(), user=principal.user)
     return endpoint
 
 
@@ -201,7 +200,7 @@ def resume_endpoint(principal: Principal, endpoint_id: int) -> Endpoint:
 def run_endpoint_now(principal: Principal, endpoint_id: int) -> Endpoint:
     """Run now: the endpoint becomes due at once and the scheduler runs it."""
     endpoint = scoped_endpoint(principal, endpoint_id)
-    scheduling.run_now(endpoint, now=timezone.now(), user=principal.user)
+    operations.run_now(endpoint, now=timezone.now(), user=principal.user)
     return endpoint
 
 
@@ -215,7 +214,7 @@ def run_endpoint_now(principal: Principal, endpoint_id: int) -> Endpoint:
 )
 def test_endpoint(principal: Principal, endpoint_id: int) -> Run:
     """Call the endpoint once now and return the run; its schedule is untouched."""
-    return scheduling.test_endpoint(scoped_endpoint(principal, endpoint_id))
+    return operations.test_endpoint(scoped_endpoint(principal, endpoint_id))
 
 
 @operation(
@@ -229,7 +228,7 @@ def test_endpoint(principal: Principal, endpoint_id: int) -> Run:
 def set_hint(principal: Principal, endpoint_id: int, payload: HintIn) -> Endpoint:
     """Set an interval hint (``interval_ms``) or a one-shot run (``next_run_at``) for ``ttl_ms``."""
     endpoint = scoped_endpoint(principal, endpoint_id)
-    scheduling.apply_hint(
+    operations.apply_hint(
         endpoint,
         now=timezone.now(),
         interval_ms=payload.interval_ms,
@@ -252,7 +251,7 @@ def set_hint(principal: Principal, endpoint_id: int, payload: HintIn) -> Endpoin
 def clear_hints(principal: Principal, endpoint_id: int, payload: ReasonIn) -> Endpoint:
     """Drop the endpoint's hints; it runs on its baseline again."""
     endpoint = scoped_endpoint(principal, endpoint_id)
-    scheduling.clear_hints(endpoint, now=timezone.now(), reason=payload.reason, user=principal.user)
+    operations.clear_hints(endpoint, now=timezone.now(), reason=payload.reason, user=principal.user)
     return endpoint
 
 
@@ -267,5 +266,5 @@ def clear_hints(principal: Principal, endpoint_id: int, payload: ReasonIn) -> En
 def reset_failures(principal: Principal, endpoint_id: int) -> Endpoint:
     """Forget the failure streak (and its backoff)."""
     endpoint = scoped_endpoint(principal, endpoint_id)
-    scheduling.reset_failures(endpoint, now=timezone.now(), user=principal.user)
+    operations.reset_failures(endpoint, now=timezone.now(), user=principal.user)
     return endpoint

@@ -14,9 +14,8 @@ from api.auth import Principal
 from api.operations import operation
 from api.routers.endpoints import scoped_endpoint
 from api.schemas import Dashboard, EndpointHealth, SchedulerHealth, WindowHealth
-from endpoints.dashboard import FAILED, build_dashboard
-from endpoints.models import Endpoint, Run, RunStatus
-from endpoints.scheduling import _percentile
+from endpoints.health import HealthReport, percentile, scoped_health
+from endpoints.models import FAILED_STATUSES, Endpoint, Run, RunStatus
 
 router = Router(tags=["health"])
 
@@ -30,9 +29,9 @@ def _tenant_ids(principal: Principal) -> list[int] | None:
 
 
 @operation(router, "get", "/health/scheduler", name="scheduler_status", response=SchedulerHealth)
-def scheduler_status(principal: Principal) -> dict[str, Any]:
+def scheduler_status(principal: Principal) -> HealthReport:
     """Is the scheduler alive (last tick), its backlog, runs in flight, lateness, failures."""
-    return build_dashboard(tenant_ids=_tenant_ids(principal), now=timezone.now())["health"]
+    return scoped_health(tenant_ids=_tenant_ids(principal), now=timezone.now())
 
 
 @operation(
@@ -71,8 +70,8 @@ def _window(runs: Any, label: str, since: datetime) -> WindowHealth:
         window=label,  # type: ignore[arg-type]
         runs=counts["total"],
         success_rate=round(counts["ok"] / counts["total"], 4) if counts["total"] else None,
-        p50_duration_ms=_percentile(durations, 0.50),
-        p95_duration_ms=_percentile(durations, 0.95),
+        p50_duration_ms=percentile(durations, 0.50),
+        p95_duration_ms=percentile(durations, 0.95),
     )
 
 
@@ -91,7 +90,7 @@ def dashboard_stats(principal: Principal) -> Dashboard:
     )
     run_counts = runs.aggregate(
         total=Count("pk"),
-        failed=Count("pk", filter=Q(status__in=FAILED)),
+        failed=Count("pk", filter=Q(status__in=FAILED_STATUSES)),
     )
     return Dashboard(
         endpoints=counts["total"],

@@ -13,7 +13,7 @@ from api.forms import validated_job
 from api.operations import operation
 from api.pagination import DEFAULT_LIMIT, Page, keyset_page
 from api.schemas import JobIn, JobOut, JobPage, JobPatch, Message
-from endpoints import scheduling
+from endpoints import operations
 from endpoints.models import Job, Tenant
 
 router = Router(tags=["jobs"])
@@ -84,7 +84,7 @@ def delete_job(principal: Principal, job_id: int) -> Message:
 def pause_job(principal: Principal, job_id: int) -> Job:
     """Pause a job: none of its endpoints is claimed until it is resumed."""
     job = scoped_job(principal, job_id)
-    scheduling.pause_job(job, now=timezone.now(), user=principal.user)
+    operations.pause_job(job, now=timezone.now(), user=principal.user)
     return job
 
 
@@ -92,5 +92,5 @@ def pause_job(principal: Principal, job_id: int) -> Job:
 def resume_job(principal: Principal, job_id: int) -> Job:
     """Resume a paused job; its endpoints are planned afresh."""
     job = scoped_job(principal, job_id)
-    scheduling.resume_job(job, now=timezone.now(), user=principal.user)
+    operations.resume_job(job, now=timezone.now(), user=principal.user)
     return job

@@ -9,7 +9,7 @@ from ninja import Router
 from api.auth import Principal, get_scoped, tenants_of
 from api.operations import operation
 from api.schemas import SigningSecretOut, TenantOut
-from endpoints import scheduling
+from endpoints import operations
 from endpoints.models import Endpoint, Tenant
 from planner.models import AnalysisSession
 
@@ -64,5 +64,5 @@ def rotate_signing_secret(principal: Principal, tenant_id: int) -> SigningSecret
     switch whenever they like within the grace period.
     """
     tenant = get_scoped(principal, Tenant.objects.all(), "pk", tenant_id)
-    secret = scheduling.rotate_signing_secret(tenant, now=timezone.now())
+    secret = operations.rotate_signing_secret(tenant, now=timezone.now())
     return SigningSecretOut(secret=secret, previous_secret_signs_until=tenant.hmac_previous_until)

@@ -9,8 +9,8 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandParser
 from django.utils import timezone
 
+from endpoints.engine.maintenance import prune_runs
 from endpoints.management.commands._shared import parse_duration
-from endpoints.scheduling import prune_runs
 
 
 class Command(BaseCommand):

@@ -12,7 +12,7 @@ from endpoints.management.commands._shared import (
     describe_endpoint_state,
     find_endpoint,
 )
-from endpoints.scheduling import clear_hints
+from endpoints.operations import clear_hints
 
 
 class Command(BaseCommand):

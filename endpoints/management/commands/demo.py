@@ -11,9 +11,10 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import transaction
 from django.utils import timezone
 
-from endpoints.config_io import ConfigError, import_document
+from endpoints.config_io.documents import ConfigError
+from endpoints.config_io.importing import import_document
 from endpoints.models import Endpoint, Job, JobStatus
-from endpoints.scheduling import resume_job
+from endpoints.operations import resume_job
 
 DEMO_TENANT = "Demo"
 DEMO_JOB = "demo"

@@ -7,7 +7,8 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from endpoints.config_io import dump_document, export_config
+from endpoints.config_io.documents import dump_document
+from endpoints.config_io.exporting import export_config
 
 
 class Command(BaseCommand):

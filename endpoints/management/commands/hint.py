@@ -15,7 +15,7 @@ from endpoints.management.commands._shared import (
     parse_duration,
     parse_when,
 )
-from endpoints.scheduling import OperationRefused, apply_hint
+from endpoints.operations import OperationRefused, apply_hint
 
 ONE_MS = timedelta(milliseconds=1)
 DEFAULT_TTL = {"interval": timedelta(minutes=60), "oneshot": timedelta(minutes=30)}

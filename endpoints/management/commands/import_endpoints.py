@@ -11,7 +11,8 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.utils import timezone
 
-from endpoints.config_io import Change, ConfigError, ImportPlan, import_config
+from endpoints.config_io.documents import ConfigError
+from endpoints.config_io.importing import Change, ImportPlan, import_config
 
 SYMBOLS = {"created": "+", "updated": "~", "unchanged": "=", "archived": "-"}
 

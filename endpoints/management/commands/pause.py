@@ -15,7 +15,7 @@ from endpoints.management.commands._shared import (
     parse_duration,
     parse_when,
 )
-from endpoints.scheduling import OperationRefused, pause_endpoint, pause_job
+from endpoints.operations import OperationRefused, pause_endpoint, pause_job
 
 
 class Command(BaseCommand):

@@ -12,7 +12,7 @@ from endpoints.management.commands._shared import (
     describe_endpoint_state,
     find_endpoint,
 )
-from endpoints.scheduling import reset_failures
+from endpoints.operations import reset_failures
 
 
 class Command(BaseCommand):

@@ -13,7 +13,7 @@ from endpoints.management.commands._shared import (
     find_endpoint,
     find_job,
 )
-from endpoints.scheduling import OperationRefused, resume_endpoint, resume_job
+from endpoints.operations import OperationRefused, resume_endpoint, resume_job
 
 
 class Command(BaseCommand):

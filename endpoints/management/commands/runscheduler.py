@@ -11,7 +11,7 @@ from typing import Any
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from endpoints.embedded import EmbeddedScheduler, load_notify_cycle, load_plan_cycle
+from endpoints.embedded import EmbeddedScheduler, load_cycle
 
 logger = logging.getLogger("cronicorn.scheduler")
 
@@ -80,8 +80,8 @@ class Command(BaseCommand):
 
         scheduler = EmbeddedScheduler(
             max_in_flight=max_in_flight,
-            plan_cycle=load_plan_cycle(),
-            notify_cycle=load_notify_cycle(),
+            plan_cycle=load_cycle("plan"),
+            notify_cycle=load_cycle("notify"),
         )
         logger.info("scheduler started: at most %d run(s) in flight", max_in_flight)
         scheduler.run(stop, duration=duration)

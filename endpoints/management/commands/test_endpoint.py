@@ -10,7 +10,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from endpoints.management.commands import runs
 from endpoints.management.commands._shared import add_endpoint_argument, find_endpoint, to_json
 from endpoints.models import Run, RunStatus
-from endpoints.scheduling import OperationRefused, test_endpoint
+from endpoints.operations import OperationRefused, test_endpoint
 
 
 class Command(BaseCommand):

@@ -8,11 +8,11 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandParser
 from django.utils import timezone
 
-from endpoints.dispatch import ClaimDispatcher
+from endpoints.engine.claiming import Claim, tick
+from endpoints.engine.dispatch import ClaimDispatcher
 from endpoints.management.commands._shared import to_json
 from endpoints.management.commands.runs import as_json
 from endpoints.models import Run
-from endpoints.scheduling import Claim, tick
 
 
 class Command(BaseCommand):

@@ -8,7 +8,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.utils import timezone
 
 from endpoints.management.commands._shared import add_endpoint_argument, find_endpoint
-from endpoints.scheduling import OperationRefused, run_now
+from endpoints.operations import OperationRefused, run_now
 
 
 class Command(BaseCommand):

@@ -13,11 +13,11 @@ from typing import Any
 
 from django.contrib import admin
 from django.core.paginator import Paginator
-from django.db.models import Q, QuerySet
+from django.db.models import QuerySet
 from django.http import HttpRequest
 from django.utils import timezone
 
-from endpoints.models import Endpoint, Job, Source, Tenant
+from endpoints.models import ENDPOINT_STATUSES, Endpoint, Job, Source, Tenant
 
 ENDPOINT_CHOICES_CAP = 100
 
@@ -97,37 +97,15 @@ class EndpointFilter(admin.SimpleListFilter):
         return queryset.filter(endpoint_id=int(value))
 
 
-class EndpointStatusFilter(admin.SimpleListFilter):
+class EndpointStatusListFilter(admin.SimpleListFilter):
     title = "status"
     parameter_name = "status"
 
     def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
-        return [
-            ("healthy", "Healthy"),
-            ("failing", "Failing"),
-            ("paused", "Paused"),
-            ("hinted", "Hinted"),
-            ("archived", "Archived"),
-        ]
+        return [(status, status.capitalize()) for status in ENDPOINT_STATUSES]
 
     def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
-        condition = endpoint_status_condition(self.value() or "", now=timezone.now())
-        return queryset if condition is None else queryset.filter(condition)
-
-
-def endpoint_status_condition(status: str, *, now: Any) -> Q | None:
-    """Endpoints in a status (healthy, failing, paused, hinted, archived); None for any.
-    The admin's status filter and the API's ``?status=`` both use it."""
-    live = Q(archived_at__isnull=True)
-    paused = Q(paused_until__gt=now)
-    conditions = {
-        "healthy": live & Q(failure_count=0) & ~paused,
-        "failing": live & Q(failure_count__gt=0),
-        "paused": live & paused,
-        "hinted": live & Q(ai_hint_expires_at__gt=now),
-        "archived": Q(archived_at__isnull=False),
-    }
-    return conditions.get(status)
+        return queryset.in_status(self.value() or "", now=timezone.now())  # type: ignore[attr-defined]
 
 
 class SourceFilter(admin.SimpleListFilter):

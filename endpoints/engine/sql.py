@@ -24,19 +24,14 @@ from django.db import connection, transaction
 from django.db.models import DateTimeField, Field, JSONField, Model, UUIDField
 from django.utils.dateparse import parse_datetime
 
+from endpoints.governor import HINT_FIELDS, SCHEDULE_FIELDS
 from endpoints.models import SLOT_FIELDS, Endpoint, Run, RunStatus, Slot
 
 # Fields a person may change while a run is in flight; the reschedule only wins if they
-# are still as read (see scheduling._reschedule).
+# are still as read (see ``endpoints.engine.outcomes.reschedule``).
 PLANNING_FIELDS = (
-    "baseline_cron",
-    "timezone",
-    "baseline_interval_ms",
-    "min_interval_ms",
-    "max_interval_ms",
-    "ai_hint_interval_ms",
-    "ai_hint_next_run_at",
-    "ai_hint_expires_at",
+    *SCHEDULE_FIELDS,
+    *HINT_FIELDS,
     "paused_until",
     "failure_count",
     "archived_at",

@@ -10,10 +10,10 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db.models import Count, Q, Sum
 from django.utils import timezone
 
+from endpoints.health import scheduler_health
 from endpoints.management.commands._shared import iso, to_json
 from endpoints.models import Heartbeat
 from endpoints.schedules import describe_duration
-from endpoints.scheduling import scheduler_health
 from planner.models import AnalysisSession, SessionStatus
 
 

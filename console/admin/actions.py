@@ -1,6 +1,6 @@
-"""The manual operations the admin offers on endpoints, as thin calls into scheduling.
+"""The manual operations the admin offers on endpoints, as thin calls into ``endpoints.operations``.
 
-Each operation calls the same ``endpoints.scheduling`` function as the management
+Each operation calls the same ``endpoints.operations`` function as the management
 commands and turns its result, or its ``OperationRefused`` reason, into one message a
 person reads. The list actions and the change page buttons both go through ``perform``.
 """
@@ -17,10 +17,10 @@ from django.urls import reverse
 from django.utils.html import format_html
 from django.utils.safestring import SafeString
 
-from endpoints import scheduling
-from endpoints.admin_forms import PauseUntilForm
+from console.admin.forms import PauseUntilForm
+from endpoints import operations
 from endpoints.models import Endpoint, RunStatus
-from endpoints.scheduling import OperationRefused
+from endpoints.operations import OperationRefused
 
 
 @dataclass(frozen=True)
@@ -42,12 +42,12 @@ def _ok(message: str | SafeString) -> Outcome:
 
 
 def _run_now(endpoint: Endpoint, now: datetime, user: Any, data: Mapping[str, Any]) -> Outcome:
-    scheduling.run_now(endpoint, now=now, user=user)
+    operations.run_now(endpoint, now=now, user=user)
     return _ok(f"Run requested for {endpoint}; it starts within a second.")
 
 
 def _test(endpoint: Endpoint, now: datetime, user: Any, data: Mapping[str, Any]) -> Outcome:
-    run = scheduling.test_endpoint(endpoint, now=now)
+    run = operations.test_endpoint(endpoint, now=now)
     code = f"HTTP {run.status_code}" if run.status_code else "no response"
     took = f" in {run.duration_ms} ms" if run.duration_ms is not None else ""
     error = f": {run.error}" if run.error else ""
@@ -67,7 +67,7 @@ def _test(endpoint: Endpoint, now: datetime, user: Any, data: Mapping[str, Any])
 def _pause_for(hours: int) -> Callable[[Endpoint, datetime, Any, Mapping[str, Any]], Outcome]:
     def pause(endpoint: Endpoint, now: datetime, user: Any, data: Mapping[str, Any]) -> Outcome:
         until = now + timedelta(hours=hours)
-        scheduling.pause_endpoint(
+        operations.pause_endpoint(
             endpoint, now=now, until=until, reason=f"Paused for {hours} h in the admin", user=user
         )
         return _ok(f"Paused {endpoint} until {until:%Y-%m-%d %H:%M} UTC.")
@@ -82,29 +82,29 @@ def _pause_until(endpoint: Endpoint, now: datetime, user: Any, data: Mapping[str
         return Outcome(messages.ERROR, f"{endpoint} was not paused: {problems}")
     until = form.cleaned_data["until"]
     reason = form.cleaned_data["reason"] or "Paused in the admin"
-    scheduling.pause_endpoint(endpoint, now=now, until=until, reason=reason, user=user)
+    operations.pause_endpoint(endpoint, now=now, until=until, reason=reason, user=user)
     return _ok(f"Paused {endpoint} until {until:%Y-%m-%d %H:%M} UTC.")
 
 
 def _resume(endpoint: Endpoint, now: datetime, user: Any, data: Mapping[str, Any]) -> Outcome:
-    scheduling.resume_endpoint(endpoint, now=now, reason="Resumed in the admin", user=user)
+    operations.resume_endpoint(endpoint, now=now, reason="Resumed in the admin", user=user)
     return _ok(f"Resumed {endpoint}.")
 
 
 def _clear_hints(endpoint: Endpoint, now: datetime, user: Any, data: Mapping[str, Any]) -> Outcome:
-    scheduling.clear_hints(endpoint, now=now, reason="Cleared in the admin", user=user)
+    operations.clear_hints(endpoint, now=now, reason="Cleared in the admin", user=user)
     return _ok(f"Cleared the hints of {endpoint}; it is back on its baseline schedule.")
 
 
 def _reset_failures(
     endpoint: Endpoint, now: datetime, user: Any, data: Mapping[str, Any]
 ) -> Outcome:
-    scheduling.reset_failures(endpoint, now=now, user=user)
+    operations.reset_failures(endpoint, now=now, user=user)
     return _ok(f"Reset the failure count of {endpoint}; its backoff is gone.")
 
 
 def _archive(endpoint: Endpoint, now: datetime, user: Any, data: Mapping[str, Any]) -> Outcome:
-    scheduling.archive_endpoint(endpoint, now=now, user=user)
+    operations.archive_endpoint(endpoint, now=now, user=user)
     return _ok(f"Archived {endpoint}; it will not run again.")
 
 

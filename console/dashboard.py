@@ -1,6 +1,6 @@
 """What the admin index shows: scheduler health, failing endpoints, planner usage.
 
-A superuser sees the whole scheduler through ``scheduling.scheduler_health``. A staff
+A superuser sees the whole scheduler through ``health.scheduler_health``. A staff
 member sees the scheduler's liveness (last tick: it is the same scheduler for everyone)
 and numbers counted over their own tenants' endpoints only, so no other tenant's volume
 shows through.
@@ -8,26 +8,32 @@ shows through.
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
-from typing import Any
+from datetime import datetime
+from typing import Any, TypedDict
 
 from django.apps import apps
 from django.conf import settings
-from django.db.models import Count, OuterRef, Q, Subquery, Sum
+from django.db.models import Count, OuterRef, Subquery, Sum
 
-from endpoints import scheduling
-from endpoints.models import Endpoint, Run, RunStatus, Slot, Tenant
+from endpoints.health import HealthReport, scoped_health
+from endpoints.models import Endpoint, Run, Tenant
 from planner.models import AnalysisSession
 
 FAILING_SHOWN = 10
-FAILED = (RunStatus.FAILURE, RunStatus.TIMEOUT, RunStatus.LOST)
 
 
-def build_dashboard(*, tenant_ids: list[int] | None, now: datetime) -> dict[str, Any]:
+class DashboardPage(TypedDict):
+    health: HealthReport
+    tick_stale: bool
+    failing: list[Endpoint]
+    planner: list[dict[str, Any]]
+    channels_failing: list[Any] | None
+    scoped: bool
+
+
+def build_dashboard(*, tenant_ids: list[int] | None, now: datetime) -> DashboardPage:
     """The index page's numbers; ``tenant_ids`` None means every tenant (superuser)."""
-    health = scheduling.scheduler_health(now=now)
-    if tenant_ids is not None:
-        health = {**health, **_tenant_health(tenant_ids, now)}
+    health = scoped_health(tenant_ids=tenant_ids, now=now)
     return {
         "health": health,
         "tick_stale": _tick_stale(health),
@@ -38,30 +44,9 @@ def build_dashboard(*, tenant_ids: list[int] | None, now: datetime) -> dict[str,
     }
 
 
-def _tick_stale(health: dict[str, Any]) -> bool:
+def _tick_stale(health: HealthReport) -> bool:
     age = health.get("last_tick_age_seconds")
     return age is None or age > settings.CRONICORN_READY_MAX_TICK_AGE_SECONDS
-
-
-def _tenant_health(tenant_ids: list[int], now: datetime) -> dict[str, Any]:
-    """The health numbers that count rows, over these tenants' endpoints only.
-
-    Same definitions as ``scheduling.scheduler_health``, which counts every tenant.
-    """
-    runs = Run.objects.filter(endpoint__job__tenant__in=tenant_ids)
-    hour = runs.filter(started_at__gte=now - timedelta(hours=1), started_at__lte=now)
-    counts = hour.aggregate(
-        total=Count("pk"),
-        failed=Count("pk", filter=Q(status__in=FAILED)),
-    )
-    due = Slot.objects.overdue(now).filter(job__tenant__in=tenant_ids)
-    return {
-        "due_backlog": due.count(),
-        "in_flight": runs.filter(status=RunStatus.RUNNING).count(),
-        "runs_last_hour": counts["total"],
-        "failures_last_hour": counts["failed"],
-        **scheduling.lateness_stats(hour),
-    }
 
 
 def _failing_endpoints(tenant_ids: list[int] | None) -> list[Endpoint]:
@@ -93,15 +78,13 @@ def _channels_failing(tenant_ids: list[int] | None) -> list[Any] | None:
 
 def _planner_usage(tenant_ids: list[int] | None, now: datetime) -> list[dict[str, Any]]:
     """Sessions and tokens this calendar month per tenant, against the monthly budget."""
-    month_start = now.replace(day=1, hour=0, minute=0, second=0, microsecond=0)
     tenants = Tenant.objects.order_by("name")
     if tenant_ids is not None:
         tenants = tenants.filter(pk__in=tenant_ids)
     usage = {
         row["endpoint__job__tenant"]: row
-        for row in AnalysisSession.objects.filter(
-            started_at__gte=month_start, endpoint__job__tenant__in=tenants.values("pk")
-        )
+        for row in AnalysisSession.objects.this_month(now)
+        .filter(endpoint__job__tenant__in=tenants.values("pk"))
         .values("endpoint__job__tenant")
         .annotate(sessions=Count("pk"), tokens=Sum("total_tokens"))
         .order_by()

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from django import forms
 from django.contrib import admin, messages
 from django.contrib.admin.utils import unquote
 from django.core.exceptions import PermissionDenied
@@ -17,10 +16,11 @@ from django.urls import URLPattern, path, reverse
 from django.utils import timezone
 from django.utils.html import format_html
 
-from endpoints.admin import RecordAdmin, TenantScopedAdmin
-from endpoints.admin_filters import scope, user_tenant_ids
+from console.admin.filters import scope, user_tenant_ids
+from console.admin.jobs import RecordAdmin, TenantScopedAdmin
 from endpoints.models import Endpoint, Job, Tenant
 from notifications.alerts import send_test_message
+from notifications.forms import AlertRuleForm, ChannelForm
 from notifications.models import (
     Alert,
     AlertRule,
@@ -30,28 +30,6 @@ from notifications.models import (
     DeliveryStatus,
 )
 from notifications.transports import masked_target
-
-
-class ChannelForm(forms.ModelForm):
-    """The target holds the channel's secrets: write-only, kept unless replaced."""
-
-    target = forms.CharField(
-        required=False,
-        max_length=2000,
-        widget=forms.PasswordInput(render_value=False, attrs={"size": 80}),
-        help_text=Channel._meta.get_field("target").help_text
-        + " Stored as a secret: type it again to replace it, leave empty to keep it.",
-    )
-
-    class Meta:
-        model = Channel
-        fields = ["tenant", "name", "kind", "target", "enabled"]
-
-    def clean_target(self) -> str:
-        target = self.cleaned_data.get("target") or self.instance.target
-        if not target:
-            raise forms.ValidationError("Give the channel's address or URL.")
-        return str(target)
 
 
 @admin.register(Channel)
@@ -129,26 +107,6 @@ class ChannelAdmin(TenantScopedAdmin):
             self.message_user(
                 request, f"{channel}: test message failed: {delivery.last_error}", messages.ERROR
             )
-
-
-class AlertRuleForm(forms.ModelForm):
-    class Meta:
-        model = AlertRule
-        fields = [
-            "job",
-            "endpoint",
-            "enabled",
-            "after_failures",
-            "on_recovery",
-            "on_pause",
-            "stale_factor",
-            "quiet_from",
-            "quiet_until",
-        ]
-        help_texts = {
-            "job": "The job's rule applies to each of its endpoints…",
-            "endpoint": "…unless the endpoint has a rule of its own. Pick one of the two.",
-        }
 
 
 @admin.register(AlertRule)

@@ -47,7 +47,6 @@ import dataclasses
 import functools
 import hashlib
 import hmac
-import ipaddress
 import json
 import logging
 import os
@@ -57,7 +56,7 @@ import ssl
 import threading
 import time
 import zlib
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -67,17 +66,26 @@ import httpx
 import yarl
 from aiohttp.helpers import is_ip_address
 
+from endpoints.engine.guard import (
+    AddressGuard,
+    BlockedAddressError,
+    ExecutorError,
+    NetworkPolicy,
+    ip_literal,
+)
 from endpoints.secrets import is_secret_header, redact_url
-from endpoints.validation import FRAMING_HEADERS, json_text_depth_problem
+from endpoints.validation import (
+    FRAMING_HEADERS,
+    HEADER_NAME,
+    HEADER_VALUE_FORBIDDEN,
+    json_text_depth_problem,
+)
 
 logger = logging.getLogger("cronicorn.executor")
 
 REDIRECT_STATUSES = frozenset({301, 302, 303, 307, 308})
-ALLOW_HINT = "set CRONICORN_ALLOW_PRIVATE_ADDRESSES or CRONICORN_SSRF_ALLOWLIST to allow it"
-HEADER_NAME = re.compile(r"^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$")
-HEADER_VALUE_FORBIDDEN = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")
 
-RunStatus = Literal["success", "failure", "timeout"]
+ResultStatus = Literal["success", "failure", "timeout"]
 # Response JSON nested deeper than this is kept as text.
 RESPONSE_JSON_MAX_DEPTH = 100
 # How long a blocked caller waits beyond a request's deadline before giving up on the loop.
@@ -98,25 +106,6 @@ class HttpRequest:
     secret_header_names: tuple[str, ...] = ()
 
 
-@dataclass(frozen=True)
-class NetworkPolicy:
-    allow_private: bool
-    allowlist: tuple[str, ...] = ()  # hostnames or CIDRs allowed even if private
-    max_redirects: int = 5
-    user_agent: str = "Cronicorn-Django/0.1"
-
-    @classmethod
-    def from_settings(cls) -> NetworkPolicy:
-        from django.conf import settings
-
-        return cls(
-            allow_private=settings.CRONICORN_ALLOW_PRIVATE_ADDRESSES,
-            allowlist=tuple(settings.CRONICORN_SSRF_ALLOWLIST),
-            max_redirects=settings.CRONICORN_MAX_REDIRECTS,
-            user_agent=settings.CRONICORN_USER_AGENT,
-        )
-
-
 # The response headers a Run keeps: what a planner can act on (a rate limit's wait and
 # budget) and the body's type. Never cookies, credentials or anything else.
 KEPT_RESPONSE_HEADERS = (
@@ -134,7 +123,7 @@ KEPT_HEADER_CHARS = 200
 
 @dataclass(frozen=True)
 class HttpResult:
-    status: RunStatus  # the Run.Status value
+    status: ResultStatus  # a RunStatus value
     status_code: int | None
     body: Any  # parsed JSON, else decoded text, None when there was no body
     truncated: bool  # body was cut at max_response_size_kb
@@ -143,102 +132,6 @@ class HttpResult:
     error: str  # "" on success, otherwise a message naming the failure kind
     final_url: str
     headers: dict[str, str] = field(default_factory=dict)  # KEPT_RESPONSE_HEADERS found
-
-
-class ExecutorError(Exception):
-    """A request failure already worded for a person; it becomes the result's error."""
-
-
-class BlockedAddressError(ExecutorError):
-    """The SSRF guard refused an address before any connection was made."""
-
-
-# --- SSRF guard ---
-
-IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
-METADATA_ADDRESSES = frozenset(
-    {ipaddress.ip_address("169.254.169.254"), ipaddress.ip_address("fd00:ec2::254")}
-)
-CGNAT = ipaddress.ip_network("100.64.0.0/10")
-NAT64 = ipaddress.ip_network("64:ff9b::/96")
-ADDRESS_KINDS = (
-    ("is_loopback", "a loopback"),
-    ("is_link_local", "a link-local"),
-    ("is_multicast", "a multicast"),
-    ("is_unspecified", "an unspecified"),
-    ("is_private", "a private"),
-    ("is_reserved", "a reserved"),
-)
-
-
-def blocked_kind(ip: IPAddress) -> str | None:
-    """Why `ip` must not be called by default ("a private", ...), or None if public."""
-    embedded = _embedded_ipv4(ip)
-    if embedded is not None:
-        return blocked_kind(embedded)
-    if ip in METADATA_ADDRESSES:
-        return "a cloud metadata"
-    for attribute, kind in ADDRESS_KINDS:
-        if getattr(ip, attribute):
-            return kind
-    if ip in CGNAT:
-        return "a shared (CGNAT)"
-    return None if ip.is_global else "a non-public"
-
-
-def _embedded_ipv4(ip: IPAddress) -> ipaddress.IPv4Address | None:
-    # IPv6 forms that carry an IPv4 address reach that IPv4 host on many networks.
-    if not isinstance(ip, ipaddress.IPv6Address):
-        return None
-    if ip.ipv4_mapped is not None:
-        return ip.ipv4_mapped
-    if ip.sixtofour is not None:
-        return ip.sixtofour
-    if ip in NAT64:
-        return ipaddress.IPv4Address(int(ip) & 0xFFFFFFFF)
-    return None
-
-
-class AddressGuard:
-    """Checks the addresses a host resolved to: all must be allowed by the policy, so a
-    name that mixes public and private addresses is refused rather than half-trusted."""
-
-    def __init__(self, policy: NetworkPolicy) -> None:
-        self.allow_private = policy.allow_private
-        self.networks: list[ipaddress.IPv4Network | ipaddress.IPv6Network] = []
-        self.hostnames: set[str] = set()
-        for entry in policy.allowlist:
-            try:
-                self.networks.append(ipaddress.ip_network(entry.strip(), strict=False))
-            except ValueError:
-                self.hostnames.add(entry.strip().lower().rstrip("."))
-
-    def check(self, host: str, addresses: Iterable[str]) -> None:
-        """Raise BlockedAddressError unless every address of `host` may be called."""
-        if self.allow_private or host.lower().rstrip(".") in self.hostnames:
-            return
-        for address in addresses:
-            self._check(host, ipaddress.ip_address(address.split("%")[0]))
-
-    def _check(self, host: str, ip: IPAddress) -> None:
-        kind = blocked_kind(ip)
-        if kind is None or self._allowlisted(ip):
-            return
-        if _ip_literal(host) is not None:
-            raise BlockedAddressError(f"blocked: {host} is {kind} address; {ALLOW_HINT}")
-        raise BlockedAddressError(f"blocked: {host} resolves to {ip}, {kind} address; {ALLOW_HINT}")
-
-    def _allowlisted(self, ip: IPAddress) -> bool:
-        candidates = [ip] + [e for e in [_embedded_ipv4(ip)] if e is not None]
-        return any(c in network for c in candidates for network in self.networks)
-
-
-@functools.lru_cache(maxsize=4096)
-def _ip_literal(host: str) -> IPAddress | None:
-    try:
-        return ipaddress.ip_address(host)
-    except ValueError:
-        return None
 
 
 _dns_lock = threading.Lock()
@@ -559,7 +452,7 @@ async def _check_host(url: httpx.URL, policy: NetworkPolicy) -> None:
     Legacy numeric forms (``2130706433``) are resolved to say where they lead, then
     refused by aiohttp if allowed."""
     host = url.host
-    if _ip_literal(host) is not None:
+    if ip_literal(host) is not None:
         _guard(policy).check(host, [host])
     elif is_ip_address(host):
         found = await _resolve(host, url.port or 0)
@@ -804,7 +697,7 @@ def _failure_result(exc: Exception, request: HttpRequest, progress: _Progress) -
     return _failure("failure", error, progress.url)
 
 
-def _failure(status: RunStatus, error: str, url: str) -> HttpResult:
+def _failure(status: ResultStatus, error: str, url: str) -> HttpResult:
     return HttpResult(
         status=status,
         status_code=None,

@@ -26,9 +26,8 @@ from django.utils import timezone
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 
-from endpoints import scheduling
-from endpoints.admin_actions import OPERATIONS, perform
-from endpoints.admin_display import (
+from console.admin.actions import OPERATIONS, perform
+from console.admin.display import (
     endpoint_link,
     hint_badge,
     hint_summary,
@@ -40,10 +39,10 @@ from endpoints.admin_display import (
     when,
     when_precisely,
 )
-from endpoints.admin_filters import (
+from console.admin.filters import (
     BoundedCountPaginator,
     EndpointFilter,
-    EndpointStatusFilter,
+    EndpointStatusListFilter,
     JobFilter,
     SourceFilter,
     StartedFilter,
@@ -51,8 +50,8 @@ from endpoints.admin_filters import (
     scope,
     user_tenant_ids,
 )
-from endpoints.admin_forms import EndpointAdminForm, PauseUntilForm, TenantAdminForm
-from endpoints.charts import (
+from console.admin.forms import EndpointAdminForm, PauseUntilForm, TenantAdminForm
+from console.charts import (
     Bar,
     Period,
     adaptation_chart,
@@ -60,6 +59,7 @@ from endpoints.charts import (
     chart_legend,
     duration_chart,
 )
+from endpoints import operations
 from endpoints.governor import EndpointSchedule, explain_plan
 from endpoints.models import Endpoint, HintHistory, HintKind, Job, Run, RunStatus, Tenant
 from endpoints.schedules import describe_schedule, format_interval
@@ -156,7 +156,7 @@ class TenantAdmin(NoSecretLookups):
     def rotate_signing_secret(self, request: HttpRequest, queryset: QuerySet[Tenant]) -> None:
         now = timezone.now()
         for tenant in queryset:
-            secret = scheduling.rotate_signing_secret(tenant, now=now)
+            secret = operations.rotate_signing_secret(tenant, now=now)
             until = tenant.hmac_previous_until
             also = (
                 f" The previous secret also signs until {until:%Y-%m-%d %H:%M} UTC."
@@ -254,11 +254,11 @@ class JobAdmin(TenantScopedAdmin):
 
     @admin.action(description="Pause the selected jobs")
     def pause_jobs(self, request: HttpRequest, queryset: QuerySet[Job]) -> None:
-        self._each_job(request, queryset, scheduling.pause_job, "paused")
+        self._each_job(request, queryset, operations.pause_job, "paused")
 
     @admin.action(description="Resume the selected jobs")
     def resume_jobs(self, request: HttpRequest, queryset: QuerySet[Job]) -> None:
-        self._each_job(request, queryset, scheduling.resume_job, "resumed")
+        self._each_job(request, queryset, operations.resume_job, "resumed")
 
     def _each_job(
         self,
@@ -273,7 +273,7 @@ class JobAdmin(TenantScopedAdmin):
             try:
                 operation(job, now=now, user=request.user)
                 names.append(job.name)
-            except scheduling.OperationRefused as exc:
+            except operations.OperationRefused as exc:
                 self.message_user(request, f"{job.name}: {exc}", messages.ERROR)
         if names:
             self.message_user(request, f"{len(names)} job(s) {done}: {', '.join(names)}.")
@@ -304,7 +304,7 @@ class EndpointAdmin(TenantScopedAdmin):
         "failure_count",
         "state",
     )
-    list_filter = (("job", JobFilter), ("job__tenant", TenantFilter), EndpointStatusFilter)
+    list_filter = (("job", JobFilter), ("job__tenant", TenantFilter), EndpointStatusListFilter)
     search_fields = ("name", "url")
     list_select_related = ("job", "slot")
     list_per_page = 50
@@ -377,7 +377,7 @@ class EndpointAdmin(TenantScopedAdmin):
 
     def save_model(self, request: HttpRequest, obj: Any, form: Any, change: bool) -> None:
         editable = {f.name for f in self.opts.concrete_fields}
-        scheduling.save_endpoint(
+        operations.save_endpoint(
             obj,
             now=timezone.now(),
             changed=[name for name in form.changed_data if name in editable] if change else None,

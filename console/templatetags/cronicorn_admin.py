@@ -8,8 +8,8 @@ from typing import Any
 from django import template
 from django.utils import timezone
 
-from endpoints.admin_filters import user_tenant_ids
-from endpoints.dashboard import build_dashboard
+from console.admin.filters import user_tenant_ids
+from console.dashboard import build_dashboard
 from endpoints.schedules import describe_duration
 
 register = template.Library()

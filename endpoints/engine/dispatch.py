@@ -12,12 +12,12 @@ except the writer's short linger):
 
 1. a starter thread takes every claim that is due (up to ``START_BATCH``) and records
    their Runs: one read of the endpoints, one insert of the Runs
-   (``scheduling.start_claims``);
+   (``running.start_claims``);
 2. the requests run on the executor's event loop (``executor.submit_request``), so no
    thread waits on a socket and a request costs a fraction of a thread's CPU;
 3. each finished request hands its outcome to the writer, which waits up to
    ``WRITE_LINGER`` for others and finishes them all in one transaction
-   (``scheduling.record_outcomes``). A claim's future resolves once its run is written.
+   (``running.record_outcomes``). A claim's future resolves once its run is written.
 
 ``max_in_flight`` bounds the runs started and not yet written: past it, the timer holds
 due claims back.
@@ -26,7 +26,7 @@ A renewer thread keeps the leases of every claim the dispatcher holds (waiting f
 time, or with its run in flight) alive, every third of ``CRONICORN_LEASE_SECONDS``: a
 live process keeps its claims however long its runs take, a dead or stopped one loses
 them within one lease (DESIGN "Life of a run", step 6). A claim starts at its slot, or
-for a catch-up at the later time its claim gave it (``scheduling.spread_start``).
+for a catch-up at the later time its claim gave it (``claiming.spread_start``).
 
 Starter, writer and renewer threads keep their database connection between batches and
 close it when the dispatcher stops; they are daemons, so a shutdown that gives up on a
@@ -52,17 +52,16 @@ from django.conf import settings
 from django.db import close_old_connections, connections
 from django.utils import timezone
 
-from endpoints.models import Run
-from endpoints.scheduling import (
+from endpoints.engine.claiming import Claim, spread_offset
+from endpoints.engine.outcomes import Outcome
+from endpoints.engine.running import (
     UNAVAILABLE,
-    Claim,
-    Outcome,
     Started,
     record_outcomes,
     renew_leases,
-    spread_offset,
     start_claims,
 )
+from endpoints.models import Run
 
 logger = logging.getLogger("cronicorn.scheduler")
 

@@ -1,0 +1,132 @@
+"""Forms of the admin pages: the endpoint form typed by a person (JSON in text areas),
+the pause-until step and the tenant form with its write-only HMAC secret.
+
+Validation is ``endpoints.forms`` and the model's ``full_clean``; these forms only
+translate what a person types into model values and back.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from django import forms
+from django.conf import settings
+from django.core.exceptions import ValidationError
+
+from endpoints.forms import EndpointForm
+from endpoints.models import Tenant
+from endpoints.validation import json_text_depth_problem
+
+
+class BoundedJSONField(forms.JSONField):
+    """Django's JSON form field, refusing text nested deeper than
+    ``CRONICORN_MAX_JSON_DEPTH`` before parsing it: Python's parser recurses, and a few
+    thousand brackets would end the request in a RecursionError."""
+
+    def to_python(self, value: Any) -> Any:
+        if isinstance(value, str) and (problem := self._depth_problem(value)):
+            raise ValidationError(f"This JSON {problem}.", code="invalid")
+        return super().to_python(value)
+
+    def bound_data(self, data: Any, initial: Any) -> Any:
+        if isinstance(data, str) and self._depth_problem(data):
+            return forms.fields.InvalidJSONInput(data)
+        return super().bound_data(data, initial)
+
+    @staticmethod
+    def _depth_problem(text: str) -> str:
+        return json_text_depth_problem(text, max_depth=settings.CRONICORN_MAX_JSON_DEPTH)
+
+
+class EndpointAdminForm(EndpointForm):
+    """``EndpointForm`` typed by a person: JSON in text areas, help beside each field."""
+
+    class Meta(EndpointForm.Meta):
+        field_classes = {
+            "headers": BoundedJSONField,
+            "secret_header_names": BoundedJSONField,
+            "body": BoundedJSONField,
+        }
+        widgets = {
+            "headers": forms.Textarea(attrs={"rows": 3, "cols": 70, "class": "cc-code"}),
+            "secret_header_names": forms.Textarea(
+                attrs={"rows": 1, "cols": 70, "class": "cc-code"}
+            ),
+            "body": forms.Textarea(attrs={"rows": 3, "cols": 70, "class": "cc-code"}),
+        }
+        labels = {
+            "baseline_cron": "Cron",
+            "url": "URL",
+            "max_response_size_kb": "Response size cap (KB)",
+        }
+        help_texts = {
+            "secret_header_names": 'A JSON list, e.g. ["X-Partner"]. Names containing '
+            "authorization, cookie, token, secret, key, password or signature are masked "
+            "anyway.",
+            "body": "JSON sent with POST, PUT and PATCH; null for none.",
+            "baseline_cron": "5 fields (minute hour day month weekday) or @hourly, @daily… "
+            "Leave empty to use an interval.",
+            "timezone": "IANA name the cron is read in, e.g. Europe/Berlin.",
+            "headers": 'A JSON object, e.g. {"Authorization": "Bearer …"}. Secret values '
+            "show as a mask: leave the mask to keep the stored value.",
+            "url": "http:// or https:// URL. A password in it (https://user:pw@host) is a "
+            "secret: it shows as a mask; leave the mask to keep it.",
+        }
+
+
+class PauseUntilForm(forms.Form):
+    """The 'pause until a time' choice, on the change page and the list's action step."""
+
+    until = forms.DateTimeField(
+        label="Pause until",
+        widget=forms.DateTimeInput(attrs={"type": "datetime-local"}),
+        input_formats=["%Y-%m-%dT%H:%M", "%Y-%m-%dT%H:%M:%S", "%Y-%m-%d %H:%M"],
+        help_text="In UTC.",
+    )
+    reason = forms.CharField(required=False, max_length=500)
+
+    def __init__(self, *args: Any, now: datetime, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.now = now
+
+    def clean_until(self) -> datetime:
+        until: datetime = self.cleaned_data["until"]
+        if until <= self.now:
+            raise ValidationError(
+                "That time has already passed; pick a time in the future (UTC), or use Resume."
+            )
+        return until
+
+
+class TenantAdminForm(forms.ModelForm):
+    """The HMAC secret is write-only: never shown back, kept unless replaced or cleared."""
+
+    hmac_secret = forms.CharField(
+        required=False,
+        label="HMAC secret",
+        widget=forms.PasswordInput(render_value=False),
+        help_text="Type a new secret to replace the stored one; leave empty to keep it.",
+    )
+    clear_hmac_secret = forms.BooleanField(
+        required=False, label="Remove the secret (requests are no longer signed)"
+    )
+
+    class Meta:
+        model = Tenant
+        fields = [
+            "name",
+            "members",
+            "max_endpoints",
+            "min_interval_ms",
+            "monthly_token_budget",
+            "hmac_secret",
+        ]
+
+    def clean(self) -> dict[str, Any]:
+        cleaned = super().clean() or {}
+        if cleaned.get("clear_hmac_secret"):
+            cleaned["hmac_secret"] = ""
+        elif not cleaned.get("hmac_secret"):
+            cleaned["hmac_secret"] = self.instance.hmac_secret
+        return cleaned

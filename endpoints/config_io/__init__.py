@@ -1,0 +1,55 @@
+"""Configuration as code: tenants, jobs and endpoints in a YAML or JSON file.
+
+The format (``export_config`` writes it, ``plan_import`` reads it)::
+
+    version: 1
+    tenants:
+      - name: Acme
+        members: [alice]              # usernames; omit to leave members as they are
+        max_endpoints: 100            # tenant settings: omit to leave them as they are
+        min_interval: 1s
+        monthly_token_budget: 500000
+        hmac_secret: ${CRONICORN_SECRET_ACME_HMAC}
+        channels:                     # alert channels (the notifications app)
+          - name: oncall
+            kind: webhook             # email | webhook | apprise
+            target: ${CRONICORN_SECRET_ACME_ONCALL_URL}
+            enabled: true
+        jobs:
+          - name: billing
+            description: Nightly billing and its health checks.
+            max_concurrent: 1
+            endpoints:
+              - name: queue
+                url: https://billing.example.com/queue
+                method: GET
+                headers: {Authorization: "${CRONICORN_SECRET_BILLING_TOKEN}"}
+                secret_headers: [Authorization]
+                body: {"probe": true}
+                timeout: 10s
+                max_response_size_kb: 100
+                baseline_interval: 5m         # or baseline_cron + timezone
+                min_interval: 30s
+                max_interval: 1h
+                description: Tighten while the queue is deep.
+
+Jobs and endpoints are declarative: a key left out takes its default, so the file is the
+whole definition. Runtime state (next run, hints, pauses, failures, job status) is never
+touched. Durations accept ``90s``/``5m``/``1h30m``/``1d`` or plain milliseconds.
+
+Secrets: ``${CRONICORN_SECRET_NAME}`` in a header value, the URL, ``hmac_secret`` or a
+channel's ``target`` is replaced by that environment variable (unset is an error). Only
+names starting with ``CRONICORN_SECRET_`` are read: any other ``${...}`` is refused, so a
+file cannot send the server's own settings (``DJANGO_SECRET_KEY``, the LLM key) to a URL
+of its choice. Export never writes a secret: every secret header (listed in
+``secret_headers`` in any letter case, or named like a credential), a URL's password, the
+HMAC secret and every channel target are written as a ``${CRONICORN_SECRET_...}``
+reference named after tenant, job, endpoint and header (or channel), which must be set in
+the environment when the file is imported again. Channels, like jobs, are declarative;
+ones the file leaves out are kept.
+
+Import is all or nothing: every entry is checked (schema, then the model's ``full_clean``,
+the single home of the rules) before anything is written, every problem is reported with
+its location (``tenants[0].jobs[2].endpoints[0].baseline_cron: ...``), and the writes
+happen in one transaction.
+"""

@@ -1,0 +1,190 @@
+"""What a finished run makes of its endpoint: the next state and the one conditional write.
+
+DESIGN.md "Life of a run", step 4: the failure count first, then hints (expired ones
+dropped, a consumed one-shot cleared), then the governor's plan start-to-start, written in
+one update conditional on the claim token, which also releases the lease.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from datetime import datetime
+from typing import Any
+
+from endpoints.engine import sql
+from endpoints.engine.claiming import Claim
+from endpoints.engine.executor import (
+    HttpResult,
+)
+from endpoints.engine.logs import log_event, logger
+from endpoints.engine.sql import ClaimedEndpoint
+from endpoints.governor import HINT_FIELDS, EndpointSchedule, plan_next_run
+from endpoints.models import (
+    Endpoint,
+    Run,
+    RunStatus,
+)
+from endpoints.schedules import describe_duration
+
+RESULT_STATUS = {
+    "success": RunStatus.SUCCESS,
+    "failure": RunStatus.FAILURE,
+    "timeout": RunStatus.TIMEOUT,
+}
+NO_HINT: dict[str, Any] = {**dict.fromkeys(HINT_FIELDS), "ai_hint_reason": ""}
+
+
+@dataclass
+class Outcome:
+    """A run whose request is done and whose outcome is not written yet."""
+
+    endpoint: ClaimedEndpoint
+    claim: Claim
+    run: Run
+    started: datetime
+    finished: datetime
+    result: HttpResult
+
+
+def reschedule(outcome: Outcome, endpoint: ClaimedEndpoint) -> bool:
+    """DESIGN step 4 in one conditional update on our claim token, which releases the lease.
+
+    A person may change the schedule, hints or pause while the run is in flight; the
+    update only wins if those are as ``endpoint`` read them, otherwise it re-reads and
+    plans again. Returns False when the lease was lost: the run is kept, the endpoint
+    left alone.
+    """
+    for _attempt in range(3):
+        values = next_state(outcome, endpoint)
+        if sql.reschedule_all([(endpoint, outcome.claim.claim_token, values)])[0]:
+            log_rescheduled(outcome, values)
+            return True
+        fresh = _reread_own(outcome.claim)
+        if fresh is None:
+            return False
+        endpoint = fresh
+    log_event(
+        logging.ERROR, "endpoint kept changing; left for the lease to expire", claim=outcome.claim
+    )
+    return False
+
+
+def reschedule_after_conflict(outcome: Outcome) -> bool:
+    """A batched reschedule that lost: plan again from the endpoint as it is now."""
+    fresh = _reread_own(outcome.claim)
+    return fresh is not None and reschedule(outcome, fresh)
+
+
+def _reread_own(claim: Claim) -> ClaimedEndpoint | None:
+    """The endpoint as it is now, or None (logged) if our claim is no longer on it."""
+    fresh = sql.load_endpoint(claim.endpoint_id)
+    if fresh is None:
+        log_event(
+            logging.INFO, "the endpoint was deleted during its run; nothing to plan", claim=claim
+        )
+        return None
+    if fresh.claim_token != claim.claim_token:
+        log_event(logging.WARNING, "lease lost; run kept, endpoint not rescheduled", claim=claim)
+        return None
+    return fresh
+
+
+def log_rescheduled(outcome: Outcome, values: Mapping[str, Any]) -> None:
+    """The run's one line: ``job/endpoint status HTTP code in duration, next run at
+    (source)`` and the error for a failure. Successes at INFO; failures and recoveries
+    at WARNING, so ``runscheduler --quiet`` shows just those. JSON logs carry the same
+    fields."""
+    result, failed = outcome.result, outcome.result.status != "success"
+    recovered = not failed and outcome.endpoint.failure_count > 0
+    level = logging.WARNING if failed or recovered else logging.INFO
+    if not logger.isEnabledFor(level):
+        return
+    word = RESULT_STATUS.get(result.status, RunStatus.FAILURE).value
+    word = "success (recovered)" if recovered else word
+    code = f" HTTP {result.status_code}" if result.status_code else ""
+    when, why = values["next_run_at"], values["next_run_source"]
+    then = f"next run {when:%Y-%m-%d %H:%M:%S}Z ({why})" if when else "no next run (archived)"
+    error = f": {result.error}" if failed and result.error else ""
+    ref = endpoint_ref(outcome.claim.endpoint_id)
+    fields = {
+        "endpoint": ref,
+        "status": word,
+        "status_code": result.status_code,
+        "duration_ms": result.duration_ms,
+        "next_run_at": when.isoformat() if when else None,
+        "next_run_source": why,
+        "error": result.error or None,
+    }
+    logger.log(
+        level,
+        f"{ref} {word}{code} in {describe_duration(result.duration_ms)}, {then}{error}",
+        extra={**_ids(outcome.claim, outcome.run.pk), **fields},
+    )
+
+
+# Names of endpoints for run lines, read once per endpoint and kept a minute (a rename
+# shows within a minute); the hot path reads no names.
+_REFS: dict[int, tuple[str, float]] = {}
+REF_TTL_SECONDS = 60.0
+
+
+def endpoint_ref(endpoint_id: int) -> str:
+    """``job/endpoint`` of an endpoint, cached for a minute."""
+    cached = _REFS.get(endpoint_id)
+    if cached is not None and time.monotonic() - cached[1] < REF_TTL_SECONDS:
+        return cached[0]
+    row = Endpoint.objects.filter(pk=endpoint_id).values_list("job__name", "name").first()
+    ref = f"{row[0]}/{row[1]}" if row else f"endpoint {endpoint_id}"
+    _REFS[endpoint_id] = (ref, time.monotonic())
+    return ref
+
+
+def next_state(outcome: Outcome, endpoint: ClaimedEndpoint) -> dict[str, Any]:
+    """What the endpoint becomes after ``outcome``: failure count, hints, next run."""
+    started, finished = outcome.started, outcome.finished
+    failure_count = 0 if outcome.result.status == "success" else endpoint.failure_count + 1
+    hints = _hints_after_run(endpoint, started)
+    schedule = replace(
+        EndpointSchedule.from_endpoint(endpoint),
+        failure_count=failure_count,
+        **{k: v for k, v in hints.items() if k != "ai_hint_reason"},
+    )
+    # Start-to-start cadence; a run slower than its interval plans from its end instead,
+    # or the endpoint would be due again the moment it finished (trap 3).
+    plan = plan_next_run(started, schedule)
+    if plan.next_run_at <= finished:
+        plan = plan_next_run(finished, schedule)
+    archived = endpoint.archived_at is not None  # archived in flight: no next run
+    return {
+        "last_run_at": started,
+        "next_run_at": None if archived else plan.next_run_at,
+        "next_run_source": "" if archived else plan.source,
+        "failure_count": failure_count,
+        **hints,
+    }
+
+
+def _hints_after_run(endpoint: ClaimedEndpoint, started: datetime) -> dict[str, Any]:
+    """Expired hints go entirely; a one-shot whose time has come is consumed (trap 12)."""
+    current = {name: getattr(endpoint, name) for name in NO_HINT}
+    expires = endpoint.ai_hint_expires_at
+    if expires is not None and expires <= started:
+        return dict(NO_HINT)
+    oneshot = endpoint.ai_hint_next_run_at
+    if oneshot is not None and oneshot <= started:
+        if endpoint.ai_hint_interval_ms is None:
+            return dict(NO_HINT)
+        return {**current, "ai_hint_next_run_at": None}
+    return current
+
+
+def _ids(claim: Claim, run_id: int) -> dict[str, Any]:
+    return {
+        "endpoint_id": claim.endpoint_id,
+        "run_id": run_id,
+        "claim_token": str(claim.claim_token),
+        "source": claim.source,
+    }

@@ -1,0 +1,587 @@
+"""Running claims: record the Run, call the endpoint, record the outcome; leases renewed.
+
+DESIGN.md "Life of a run", steps 3 to 6. ``start_claims`` records the Runs of claims that
+start together (one per claim: a redelivered claim does nothing), the caller performs the
+requests, ``record_outcomes`` finishes the Runs and reschedules their endpoints
+(``endpoints.engine.outcomes``) several to a transaction. Every state change is a
+conditional ``update()`` whose row count says who won.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterable, Sequence
+from concurrent.futures import Future
+from contextlib import AbstractContextManager, nullcontext
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.conf import settings
+from django.db import (
+    DatabaseError,
+    IntegrityError,
+    InterfaceError,
+    OperationalError,
+    connection,
+    transaction,
+)
+from django.db.models import F, Value
+from django.db.models.functions import Concat
+from django.utils import timezone
+
+from endpoints.engine import metrics, sql
+from endpoints.engine.claiming import Claim, release_claims
+from endpoints.engine.executor import (
+    HttpRequest,
+    HttpResult,
+    NetworkPolicy,
+    perform_request,
+    submit_request,
+)
+from endpoints.engine.logs import log_context, log_event
+from endpoints.engine.outcomes import (
+    RESULT_STATUS,
+    Outcome,
+    log_rescheduled,
+    next_state,
+    reschedule,
+    reschedule_after_conflict,
+)
+from endpoints.engine.sql import ClaimedEndpoint
+from endpoints.governor import EndpointSchedule, plan_next_run
+from endpoints.models import (
+    Endpoint,
+    JobStatus,
+    Run,
+    RunStatus,
+    RunTrigger,
+    Slot,
+)
+from endpoints.secrets import strip_userinfo
+
+# The database is away (restart, failover, network): worth trying the same writes again,
+# unlike an error in the data. psycopg reports a lost or refused connection, and a
+# deadlock, as OperationalError; a connection Django already knows is closed as
+# InterfaceError.
+UNAVAILABLE = (OperationalError, InterfaceError)
+
+
+# Leases renewed per statement (SQLite allows a few thousand parameters).
+RENEW_CHUNK = 500
+
+
+# After a scheduler error (not an endpoint failure) the endpoint is tried again this late.
+ERROR_RETRY = timedelta(minutes=1)
+
+
+@dataclass
+class Started:
+    """A run recorded as running, whose endpoint is still to be called."""
+
+    endpoint: ClaimedEndpoint
+    claim: Claim
+    run: Run
+    started: datetime
+
+    def call(self, *, policy: NetworkPolicy | None = None) -> Future[HttpResult]:
+        """Start the request on the HTTP event loop; the future resolves with its result."""
+        with self._log_context():
+            return submit_request(self._request(), policy=policy)
+
+    def call_and_wait(self, *, policy: NetworkPolicy | None = None) -> HttpResult:
+        with self._log_context():
+            return perform_request(self._request(), policy=policy)
+
+    def outcome(self, result: HttpResult) -> Outcome:
+        return Outcome(self.endpoint, self.claim, self.run, self.started, timezone.now(), result)
+
+    def _request(self) -> HttpRequest:
+        return request_for(
+            self.endpoint, self.endpoint.hmac_secret, self.endpoint.hmac_secret_previous
+        )
+
+    def _log_context(self) -> AbstractContextManager[None]:
+        # The executor's lines for this request carry the run's ids too.
+        return log_context(
+            endpoint_id=self.claim.endpoint_id,
+            claim_token=str(self.claim.claim_token),
+            run_id=self.run.pk,
+            source=self.claim.source,
+        )
+
+
+def execute_claim(claim: Claim, *, policy: NetworkPolicy | None = None) -> Run | None:
+    """Run one claim: record the Run, call the endpoint, finish the Run, reschedule.
+
+    A stale or duplicate claim (its token no longer on the endpoint) does nothing and
+    returns None. Errors stay inside this claim: they are logged and recorded on its Run.
+    """
+    called = call_claim(claim, policy=policy)
+    if isinstance(called, Outcome):
+        record_outcomes([called])
+        return called.run
+    return called
+
+
+def call_claim(claim: Claim, *, policy: NetworkPolicy | None = None) -> Outcome | Run | None:
+    """The first half of ``execute_claim``: record the Run and call the endpoint.
+
+    Returns the ``Outcome`` to hand to ``record_outcomes``; or the Run, already recorded,
+    when a scheduler error cut it short; or None for a stale claim (nothing done).
+    """
+    [started] = start_claims([claim])
+    if started is None:
+        return None
+    try:
+        result = started.call_and_wait(policy=policy)
+    except Exception as exc:
+        _recover(started.endpoint, claim, started.run, started.started, exc)
+        return started.run
+    return started.outcome(result)
+
+
+def start_claims(claims: Sequence[Claim]) -> list[Started | None]:
+    """Record the Runs of claims that start together, before their requests.
+
+    The endpoints are read in one query and the Runs of scheduled slots inserted in one
+    statement (the dispatcher starts what is due together: under load, many). For each
+    claim, its ``Started``, or None when there is nothing to run: a stale claim (its token
+    no longer on the endpoint), an endpoint paused or archived since the claim (its lease
+    released), or an error (logged; the claim given back).
+
+    Raises ``UNAVAILABLE`` when the database cannot be reached before anything was
+    written, so the caller, which still holds the claims, may start them again shortly.
+    """
+    try:
+        now = _wait_for_slot(max(claim.scheduled_for for claim in claims))
+        endpoints = sql.load_endpoints([claim.endpoint_id for claim in claims])
+    except UNAVAILABLE:
+        raise
+    except Exception:
+        _give_back(claims)
+        return [None] * len(claims)
+    started: list[Started | None] = [None] * len(claims)
+    ready: dict[int, tuple[int, ClaimedEndpoint, Claim]] = {}  # by endpoint: one run each
+    for index, claim in enumerate(claims):
+        if claim.endpoint_id in ready:
+            log_event(
+                logging.WARNING, "duplicate claim in the same start; nothing done", claim=claim
+            )
+            continue
+        try:
+            endpoint = _runnable(claim, endpoints.get(claim.endpoint_id), now)
+        except Exception:
+            _give_back([claim])
+            continue
+        if endpoint is not None:
+            ready[claim.endpoint_id] = (index, endpoint, claim)
+    slots = [(i, e, c) for i, e, c in ready.values() if c.trigger == RunTrigger.SCHEDULED]
+    inserted = _insert_runs_of_slots(slots, now) if len(slots) > 1 else {}
+    for index, endpoint, claim in ready.values():
+        run = inserted.get(index)
+        if run is None:
+            try:
+                run = _start_run(endpoint, claim, now)
+            except Exception:
+                _give_back([claim])
+                continue
+        if run is not None:
+            started[index] = Started(endpoint, claim, run, now)
+    return started
+
+
+def _give_back(claims: Sequence[Claim]) -> None:
+    """Claims whose runs could not be recorded (the database went away, say) are released
+    at once for the next tick; if even that fails, their short leases expire unrenewed."""
+    why = "could not start the run"
+    try:
+        released = release_claims(claims)
+    except Exception:
+        released = -1
+    for claim in claims:
+        if released < 0:
+            lease = settings.CRONICORN_LEASE_SECONDS
+            text = f"{why}; the claim could not be released either, its lease ends within {lease} s"
+        else:
+            text = f"{why}; the claim is released for the next tick"
+        log_event(logging.ERROR, text, claim=claim, exc=True)
+
+
+def _insert_runs_of_slots(
+    slots: Sequence[tuple[int, ClaimedEndpoint, Claim]], now: datetime
+) -> dict[int, Run]:
+    """The Runs of several scheduled slots in one statement, by claim index. A slot that
+    already has a Run (a reclaimed lease), or a statement that fails, is left to
+    ``_start_run``, one by one."""
+    fields = [_run_fields(endpoint, claim, now) for _index, endpoint, claim in slots]
+    try:
+        with statement_guard():
+            ids = sql.insert_runs_of_slots(fields)
+    except DatabaseError:
+        return {}
+    return {
+        index: Run(pk=run_id, **values)
+        for (index, _endpoint, _claim), values, run_id in zip(slots, fields, ids, strict=True)
+        if run_id is not None
+    }
+
+
+def record_outcomes(outcomes: Sequence[Outcome]) -> None:
+    """Finish the Runs and reschedule their endpoints; several outcomes in one transaction.
+
+    Each reschedule is conditional on its claim token and planning fields (see
+    ``reschedule``); one that loses is re-read and planned again on its own. If the
+    transaction fails (a body the database refuses), each outcome is written on its own,
+    so one bad run never costs the others their records.
+    """
+    if len(outcomes) == 1:
+        _record_alone(outcomes[0])  # two statements; a transaction would double the trips
+        return
+    finishes, reschedules, broken = [], [], []
+    for outcome in outcomes:
+        finishes.append((outcome.run.pk, _finish_values(outcome)))
+        try:
+            values = next_state(outcome, outcome.endpoint)
+        except Exception as exc:  # a schedule the governor cannot plan: recorded below
+            broken.append((outcome, exc))
+            continue
+        reschedules.append((outcome, values))
+    try:
+        with transaction.atomic():
+            finished = sql.finish_runs(finishes)
+            won = sql.reschedule_all(
+                [(o.endpoint, o.claim.claim_token, values) for o, values in reschedules]
+            )
+    except UNAVAILABLE:
+        raise  # nothing was written: the caller may try the whole batch again
+    except DatabaseError:
+        for outcome in outcomes:
+            _record_alone(outcome)
+        return
+    for outcome, updated in zip(outcomes, finished, strict=True):
+        _log_finish(outcome, updated)
+    for (outcome, values), ok in zip(reschedules, won, strict=True):
+        if ok:
+            log_rescheduled(outcome, values)
+            continue
+        try:
+            reschedule_after_conflict(outcome)
+        except Exception as exc:
+            broken.append((outcome, exc))
+    for outcome, error in broken:
+        _recover(outcome.endpoint, outcome.claim, outcome.run, outcome.started, error)
+
+
+def _record_alone(outcome: Outcome) -> None:
+    """One outcome on its own: the Run (without its body if the database refuses the
+    body), then the reschedule; any other error is recorded by ``_recover``."""
+    try:
+        values = _finish_values(outcome)
+        try:
+            with statement_guard():
+                updated = sql.finish_runs([(outcome.run.pk, values)])[0]
+        except UNAVAILABLE:
+            raise
+        except DatabaseError as exc:  # e.g. a NUL character, which PostgreSQL's jsonb refuses
+            values["response_body"] = None
+            values["error"] = f"{values['error']} (the response body could not be stored: {exc})"
+            updated = sql.finish_runs([(outcome.run.pk, values)])[0]
+        _log_finish(outcome, updated)
+        reschedule(outcome, outcome.endpoint)
+    except UNAVAILABLE:
+        raise  # the database is away: the caller may try again
+    except Exception as exc:
+        _recover(outcome.endpoint, outcome.claim, outcome.run, outcome.started, exc)
+
+
+def _wait_for_slot(scheduled_for: datetime) -> datetime:
+    """Never start before the slot: a cron run started early would plan the same slot again.
+
+    Callers already start claims on time; this only absorbs a few ms of timer jitter and
+    is capped at one tick.
+    """
+    now = timezone.now()
+    early = (scheduled_for - now).total_seconds()
+    if early > 0:
+        time.sleep(min(early, settings.CRONICORN_TICK_SECONDS))
+        now = timezone.now()
+    return now
+
+
+def _runnable(
+    claim: Claim, endpoint: ClaimedEndpoint | None, now: datetime
+) -> ClaimedEndpoint | None:
+    """The endpoint if the claim is still ours and still meant to run."""
+    if endpoint is None or endpoint.claim_token != claim.claim_token:
+        log_event(
+            logging.INFO, "stale claim: the lease is no longer ours; nothing done", claim=claim
+        )
+        return None
+    reason = _why_not_runnable(endpoint, now)
+    if reason:
+        _drop_claim(claim, endpoint, now)
+        log_event(logging.INFO, f"claim dropped: {reason}", claim=claim)
+        return None
+    return _ensure_lease_at_start(endpoint, claim, now)
+
+
+def _drop_claim(claim: Claim, endpoint: ClaimedEndpoint, now: datetime) -> None:
+    """Release a claim that will not run. The claim reads only slots, so a slot that
+    disagrees with its endpoint is put right here, or the next tick would take it again:
+    an archived endpoint gets no next run, a paused one its pause's end (the governor's
+    plan). A paused job's endpoints keep theirs; the claim skips the job."""
+    values: dict[str, Any] = {}
+    if endpoint.archived_at is not None:
+        values = {"next_run_at": None, "next_run_source": ""}
+    elif endpoint.is_paused(now):
+        plan = plan_next_run(now, EndpointSchedule.from_endpoint(endpoint))
+        values = {"next_run_at": plan.next_run_at, "next_run_source": plan.source}
+    Slot.objects.filter(pk=claim.endpoint_id, claim_token=claim.claim_token).update(
+        claim_token=None, locked_until=None, **values
+    )
+
+
+def _why_not_runnable(endpoint: ClaimedEndpoint, now: datetime) -> str:
+    if endpoint.archived_at is not None:
+        return "the endpoint was archived"
+    if endpoint.job_status != JobStatus.ACTIVE:
+        return f"the job is {endpoint.job_status}"
+    if endpoint.is_paused(now):
+        return f"the endpoint is paused until {endpoint.paused_until}"
+    return ""
+
+
+def _ensure_lease_at_start(
+    endpoint: ClaimedEndpoint, claim: Claim, now: datetime
+) -> ClaimedEndpoint | None:
+    """A claim that starts late (a busy worker) renews its lease before calling out if less
+    than half of it is left, so it cannot expire before the first renewal (``renew_leases``)
+    and let a second claimer run the slot concurrently. An expired lease is not revived:
+    another claimer may hold the slot already."""
+    assert endpoint.locked_until is not None
+    lease = timedelta(seconds=settings.CRONICORN_LEASE_SECONDS)
+    if endpoint.locked_until >= now + lease / 2:
+        return endpoint
+    extended = Slot.objects.filter(
+        pk=endpoint.pk, claim_token=claim.claim_token, locked_until__gt=now
+    ).update(locked_until=now + lease)
+    if not extended:
+        log_event(logging.WARNING, "stale claim: the lease expired before the run", claim=claim)
+        return None
+    endpoint.locked_until = now + lease
+    return endpoint
+
+
+def renew_leases(claims: Sequence[Claim], runs: Sequence[int], *, now: datetime) -> set[int]:
+    """Extend the leases of claims a live process holds (waiting for their time, or with
+    their run in flight) and of those runs, to ``now`` + the lease. Only leases that have
+    not expired are renewed: an expired one may have passed to another claimer already.
+    Returns the endpoint ids whose claims were renewed."""
+    until = now + timedelta(seconds=settings.CRONICORN_LEASE_SECONDS)
+    renewed: set[int] = set()
+    for chunk in _chunks(claims, RENEW_CHUNK):
+        # Tokens are unique, so matching both lists is matching the pairs. Rows locked by
+        # a writer (a run being recorded: its lease is released anyway) are skipped, not
+        # waited for: the writer locks endpoint then slot rows in its own order, and a
+        # wait here could deadlock with it.
+        mine = Slot.objects.filter(
+            pk__in=[claim.endpoint_id for claim in chunk],
+            claim_token__in=[claim.claim_token for claim in chunk],
+            locked_until__gt=now,
+        ).select_for_update(skip_locked=True)
+        with transaction.atomic():
+            ids = list(mine.values_list("pk", flat=True))
+            Slot.objects.filter(pk__in=ids).update(locked_until=until)
+        renewed.update(ids)
+    for run_ids in _chunks(runs, RENEW_CHUNK):
+        in_flight = Run.objects.filter(
+            pk__in=run_ids, status=RunStatus.RUNNING, lease_expires_at__gt=now
+        ).select_for_update(skip_locked=True)
+        with transaction.atomic():
+            Run.objects.filter(pk__in=in_flight.values("pk")).update(lease_expires_at=until)
+    return renewed
+
+
+def _chunks(items: Sequence[Any], size: int) -> Iterable[Sequence[Any]]:
+    return (items[k : k + size] for k in range(0, len(items), size))
+
+
+def statement_guard() -> AbstractContextManager[Any]:
+    """Lets a statement fail without spoiling the connection: a savepoint inside a
+    transaction; nothing in autocommit (the hot path), where a failed statement is its own
+    rolled-back transaction and BEGIN/COMMIT would double the run's round trips."""
+    return transaction.atomic() if connection.in_atomic_block else nullcontext()
+
+
+def _start_run(endpoint: ClaimedEndpoint, claim: Claim, started: datetime) -> Run | None:
+    """Create the Run before the request; None if this claim's run exists already.
+
+    One run per claim (DESIGN "Redelivery is a no-op"): a broker may deliver the same
+    claim again (a connection drop restores unacknowledged messages, a duplicate publish,
+    a visibility timeout) while its run is in flight, and the token is still on the slot.
+    The database decides, not the message: a slot's attempts are unique
+    (``endpoints_run_one_per_slot`` for scheduled runs, ``endpoints_run_one_per_attempt``
+    for the others), so of two deliveries racing here one insert fails and finds the
+    other's run, with its own token. An earlier attempt under *another* token is a run
+    whose lease expired (its worker stopped renewing it): only then is it retried.
+    """
+    fields = _run_fields(endpoint, claim, started)
+    previous = None
+    if claim.trigger != RunTrigger.SCHEDULED:
+        previous = _latest_attempt(endpoint.pk, claim.scheduled_for)
+    if previous is None:
+        try:
+            with statement_guard():
+                return Run(pk=sql.insert_run(fields), **fields)
+        except IntegrityError:
+            previous = _latest_attempt(endpoint.pk, claim.scheduled_for)
+            if previous is None:
+                raise
+    if previous.claim_token == claim.claim_token:
+        _log_redelivered(claim, previous)
+        return None
+    _mark_lost(previous, started, _lost_reason(previous, claim))
+    fields.update(trigger=RunTrigger.RETRY, attempt=previous.attempt + 1, retry_of=previous)
+    try:
+        with statement_guard():
+            run = Run.objects.create(**fields)
+    except IntegrityError:  # the same claim, delivered twice, started its retry first
+        latest = _latest_attempt(endpoint.pk, claim.scheduled_for)
+        if latest is None or latest.claim_token != claim.claim_token:
+            raise
+        _log_redelivered(claim, latest)
+        return None
+    log_event(logging.WARNING, f"retrying run {previous.pk} (lost)", claim=claim, run_id=run.pk)
+    return run
+
+
+def _log_redelivered(claim: Claim, run: Run) -> None:
+    log_event(
+        logging.INFO,
+        f"claim delivered again; its run {run.pk} already started ({run.status}); nothing done",
+        claim=claim,
+        run_id=run.pk,
+    )
+
+
+def _lost_reason(previous: Run, claim: Claim) -> str:
+    expired = previous.lease_expires_at
+    when = f" at {expired:%H:%M:%S}Z" if expired else ""
+    return (
+        f"its lease expired{when} without being renewed (its worker died, stalled or lost "
+        f"the database); retried by claim {claim.claim_token}"
+    )
+
+
+def _run_fields(endpoint: ClaimedEndpoint, claim: Claim, started: datetime) -> dict[str, Any]:
+    """The columns of a Run as it starts."""
+    return {
+        "endpoint_id": endpoint.pk,
+        "trigger": claim.trigger,
+        "source": claim.source,
+        "scheduled_for": claim.scheduled_for,
+        "started_at": started,
+        "status": RunStatus.RUNNING,
+        "claim_token": claim.claim_token,
+        "lease_expires_at": endpoint.locked_until,
+        "request_method": endpoint.method,
+        "request_url": strip_userinfo(endpoint.url),  # the password is a secret
+        "attempt": 1,
+        "response_truncated": False,
+        "error": "",
+    }
+
+
+def _latest_attempt(endpoint_id: int, scheduled_for: datetime) -> Run | None:
+    return (
+        Run.objects.filter(endpoint_id=endpoint_id, scheduled_for=scheduled_for)
+        .exclude(trigger=RunTrigger.TEST)
+        .only("pk", "status", "attempt", "claim_token", "lease_expires_at")
+        .order_by("-attempt", "-pk")
+        .first()
+    )
+
+
+def _mark_lost(run: Run, now: datetime, why: str) -> None:
+    Run.objects.filter(pk=run.pk, status=RunStatus.RUNNING).update(
+        status=RunStatus.LOST, finished_at=now, error=f"Lost: {why}."
+    )
+
+
+def request_for(
+    endpoint: ClaimedEndpoint | Endpoint, hmac_secret: str, hmac_previous: str = ""
+) -> HttpRequest:
+    return HttpRequest(
+        url=endpoint.url,
+        method=endpoint.method,
+        headers=dict(endpoint.headers or {}),
+        body=endpoint.body,
+        timeout_ms=endpoint.timeout_ms,
+        max_response_size_kb=endpoint.max_response_size_kb,
+        hmac_secret=hmac_secret,
+        hmac_previous_secret=hmac_previous,
+        secret_header_names=tuple(endpoint.secret_header_names or ()),
+    )
+
+
+def _finish_values(outcome: Outcome) -> dict[str, Any]:
+    """The Run's outcome columns."""
+    result = outcome.result
+    return {
+        "status": RESULT_STATUS.get(result.status, RunStatus.FAILURE),
+        "finished_at": outcome.finished,
+        "duration_ms": max(int(result.duration_ms), 0),
+        "status_code": result.status_code,
+        "response_body": result.body,
+        "response_truncated": result.truncated,
+        "response_size_bytes": result.size_bytes,
+        "response_headers": result.headers or None,
+        "error": result.error or "",
+    }
+
+
+def _log_finish(outcome: Outcome, updated: bool) -> None:
+    """Count a finished run; the run's line is logged once its next run is known
+    (``log_rescheduled``). ``updated`` is False if its row was no longer running
+    (declared lost meanwhile) or is gone (its endpoint was deleted): said here."""
+    status = RESULT_STATUS.get(outcome.result.status, RunStatus.FAILURE)
+    duration = outcome.result.duration_ms
+    if updated:
+        metrics.record_run(outcome.run, status=status, duration_ms=max(int(duration), 0))
+        return
+    if Run.objects.filter(pk=outcome.run.pk).exists():
+        word = f"{status} after it was declared lost; the record stays lost"
+    else:
+        word = f"{status} after its endpoint was deleted; nothing recorded"
+    log_event(
+        logging.WARNING, f"run {word} ({duration} ms)", claim=outcome.claim, run_id=outcome.run.pk
+    )
+
+
+def _recover(
+    endpoint: ClaimedEndpoint, claim: Claim, run: Run, started: datetime, exc: Exception
+) -> None:
+    """Log and record the error on the run and try again later, so one broken endpoint (a
+    corrupt schedule, a body the database refuses) neither loops nor holds its lease.
+    The log line carries ``exc``'s traceback."""
+    log_event(logging.ERROR, "scheduler error during the run", claim=claim, run_id=run.pk, exc=exc)
+    now = timezone.now()
+    note = f"Scheduler error: {type(exc).__name__}: {exc}"
+    try:
+        Run.objects.filter(pk=run.pk, status=RunStatus.RUNNING).update(
+            status=RunStatus.FAILURE, finished_at=now
+        )
+        Run.objects.filter(pk=run.pk).update(error=Concat(F("error"), Value(f"\n{note}")))
+        with transaction.atomic():
+            # The endpoint's row first, as every writer of both rows locks them.
+            Endpoint.objects.select_for_update(no_key=True).filter(pk=endpoint.pk).exists()
+            if Slot.objects.filter(pk=endpoint.pk, claim_token=claim.claim_token).update(
+                next_run_at=now + ERROR_RETRY, locked_until=None, claim_token=None
+            ):
+                Endpoint.objects.filter(pk=endpoint.pk).update(
+                    last_run_at=started, failure_count=F("failure_count") + 1
+                )
+    except Exception:
+        log_event(logging.ERROR, "could not record the error", claim=claim, run_id=run.pk, exc=True)

@@ -1,0 +1,188 @@
+"""The one validation path of endpoints and jobs for every interface that edits them.
+
+The admin (``console.admin.forms`` adds text areas and help), the REST API and MCP bind
+these forms to *parsed* values (a dict of headers, a JSON body as it is); underneath, the
+model's ``full_clean`` (``endpoints.validation``) gives every message. The forms add what
+only an edit knows: masked secrets left untouched keep the stored value, the tenant's
+endpoint quota, which fields changed the schedule.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django import forms
+from django.core.exceptions import ValidationError
+
+from endpoints.governor import SCHEDULE_FIELDS
+from endpoints.models import Endpoint, HttpMethod, Job, Tenant
+from endpoints.schedules import ScheduleError, format_interval, parse_interval
+from endpoints.secrets import MASK, mask_headers, redact_url, replace_url_password, url_password
+
+ENDPOINT_FIELDS = [
+    "job",
+    "name",
+    "url",
+    "method",
+    "headers",
+    "secret_header_names",
+    "body",
+    "timeout_ms",
+    "max_response_size_kb",
+    "baseline_cron",
+    "timezone",
+    "baseline_interval_ms",
+    "min_interval_ms",
+    "max_interval_ms",
+    "description",
+]
+
+
+class IntervalField(forms.CharField):
+    """A duration typed as ``90s``, ``5m``, ``1h30m``, ``1d`` or plain ms; cleans to ms."""
+
+    def __init__(self, *, example: str = "5m", **kwargs: Any) -> None:
+        kwargs.setdefault("required", False)
+        kwargs.setdefault("widget", forms.TextInput(attrs={"size": 12, "placeholder": example}))
+        super().__init__(**kwargs)
+
+    def prepare_value(self, value: Any) -> Any:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return format_interval(value)
+        return value
+
+    def to_python(self, value: Any) -> int | None:  # type: ignore[override]
+        text = super().to_python(value)
+        if not text:
+            return None
+        try:
+            return parse_interval(text)
+        except ScheduleError as exc:
+            raise ValidationError(str(exc), code="invalid") from None
+
+    def has_changed(self, initial: Any, data: Any) -> bool:
+        try:
+            return self.to_python(data) != initial
+        except ValidationError:
+            return True
+
+
+class ParsedJSONField(forms.JSONField):
+    """A JSON value given already parsed (the API, MCP): taken as it is, never re-read
+    from text, so a JSON string body stays a string."""
+
+    def to_python(self, value: Any) -> Any:
+        return value
+
+    def bound_data(self, data: Any, initial: Any) -> Any:
+        return data
+
+    def has_changed(self, initial: Any, data: Any) -> bool:
+        return bool(initial != data)
+
+
+def quota_problem(tenant: Tenant, *, live_after: int) -> str:
+    """Why ``tenant`` cannot have ``live_after`` live endpoints, or ""."""
+    if live_after <= tenant.max_endpoints:
+        return ""
+    return (
+        f"{tenant.name} would have {live_after} endpoints but max_endpoints is "
+        f"{tenant.max_endpoints}; archive one or ask an administrator to raise the quota."
+    )
+
+
+class EndpointForm(forms.ModelForm):
+    baseline_interval_ms = IntervalField(
+        label="Interval",
+        help_text="Run every … : 90s, 5m, 1h30m, 1d or milliseconds. Leave empty to use cron.",
+    )
+    min_interval_ms = IntervalField(
+        label="Minimum interval",
+        example="30s",
+        help_text="Never run more often than this, whatever hints say. Empty: no bound.",
+    )
+    max_interval_ms = IntervalField(
+        label="Maximum interval",
+        example="1h",
+        help_text="Never wait longer than this, whatever hints say. Empty: no bound.",
+    )
+    timeout_ms = IntervalField(
+        label="Timeout",
+        example="30s",
+        required=True,
+        initial=30_000,
+        help_text="Total deadline for connect, headers and body (1s .. 30m).",
+    )
+
+    class Meta:
+        model = Endpoint
+        fields = ENDPOINT_FIELDS
+        field_classes: dict[str, type[forms.Field]] = {
+            "headers": ParsedJSONField,
+            "secret_header_names": ParsedJSONField,
+            "body": ParsedJSONField,
+        }
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        # The methods read as they are sent (GET, not "Get").
+        method: Any = self.fields["method"]
+        method.choices = [(m, m) for m in HttpMethod.values]
+        if self.instance.pk and isinstance(self.instance.headers, dict):
+            self.initial["headers"] = mask_headers(
+                self.instance.headers, tuple(self.instance.secret_header_names or ())
+            )
+        if self.instance.pk and isinstance(self.instance.url, str):
+            self.initial["url"] = redact_url(self.instance.url)
+
+    def clean_url(self) -> Any:
+        """A URL password shows as the mask: left untouched, the stored one is kept."""
+        url = self.cleaned_data.get("url")
+        if not isinstance(url, str) or url_password(url) != MASK:
+            return url
+        stored = url_password(self.instance.url or "") if self.instance.pk else ""
+        if not stored:
+            raise ValidationError(
+                f"The URL's password is the mask {MASK!r}, but no password is stored; "
+                "type the real one."
+            )
+        return replace_url_password(url, stored)
+
+    def clean_headers(self) -> Any:
+        """Put stored secrets back where the person left the mask untouched."""
+        headers = self.cleaned_data.get("headers")
+        if not isinstance(headers, dict):
+            return headers
+        stored = self.instance.headers if isinstance(self.instance.headers, dict) else {}
+        restored = dict(headers)
+        for name, value in headers.items():
+            if value != MASK:
+                continue
+            if name not in stored:
+                raise ValidationError(
+                    f"Header {name!r} holds the mask {MASK!r}, but no value is stored for it; "
+                    "type the real value."
+                )
+            restored[name] = stored[name]
+        return restored
+
+    def clean(self) -> dict[str, Any]:
+        cleaned = super().clean() or {}
+        job = cleaned.get("job")
+        if job is not None and self.instance.pk is None:
+            self._check_quota(job)
+        return cleaned
+
+    def _check_quota(self, job: Job) -> None:
+        used = Endpoint.objects.live().filter(job__tenant=job.tenant).count()
+        if problem := quota_problem(job.tenant, live_after=used + 1):
+            self.add_error("job", problem)
+
+    def schedule_changed(self) -> bool:
+        return bool(set(SCHEDULE_FIELDS).intersection(self.changed_data))
+
+
+class JobForm(forms.ModelForm):
+    class Meta:
+        model = Job
+        fields = ["tenant", "name", "description", "max_concurrent"]

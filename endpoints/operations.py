@@ -1,0 +1,380 @@
+"""Every change a person (or the planner) makes to an endpoint, a job or a tenant.
+
+The admin, the REST API, the MCP tools, the commands, the import and the planner's tools
+all call these functions; none of them writes these fields another way. Each one plans
+through the governor at once (DESIGN.md "Manual actions"): nothing waits for an old lease
+or an old ``next_run_at``.
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+from collections.abc import Sequence
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.conf import settings
+from django.db import (
+    transaction,
+)
+from django.db.models import Q
+from django.utils import timezone
+
+from endpoints.engine import metrics
+from endpoints.engine.executor import (
+    perform_request,
+)
+from endpoints.engine.logs import log_event
+from endpoints.engine.outcomes import NO_HINT, RESULT_STATUS
+from endpoints.engine.running import request_for
+from endpoints.governor import EndpointSchedule, Plan, plan_after_edit, plan_next_run
+from endpoints.models import (
+    Endpoint,
+    HintHistory,
+    HintKind,
+    Job,
+    JobStatus,
+    Run,
+    RunStatus,
+    RunTrigger,
+    Slot,
+    Source,
+    Tenant,
+)
+from endpoints.schedules import describe_delta
+from endpoints.secrets import strip_userinfo
+from endpoints.validation import reason_problem
+
+
+class OperationRefused(Exception):
+    """A manual operation that cannot proceed; the message says why and what to do."""
+
+
+def recompute_next_run(endpoint: Endpoint, *, now: datetime) -> Plan:
+    """Plan through the governor now and store it (after creating or editing an endpoint)."""
+    plan = plan_next_run(now, EndpointSchedule.from_endpoint(endpoint))
+    _store_plan(endpoint, plan)
+    return plan
+
+
+def save_endpoint(
+    endpoint: Endpoint, *, now: datetime, changed: Sequence[str] | None, schedule_changed: bool
+) -> None:
+    """Save an endpoint its form validated (the admin, the API): a new one whole
+    (``changed`` None), an existing one only in the fields the person changed, since
+    the scheduler writes the state fields meanwhile. A new endpoint, or one whose
+    schedule changed, is planned as an edit (``replan_after_edit``)."""
+    if changed is None:
+        endpoint.save()
+    elif changed:
+        endpoint.save(update_fields=[*changed, "updated_at"])
+    if changed is None or schedule_changed:
+        replan_after_edit(endpoint, now=now)
+
+
+def replan_after_edit(endpoint: Endpoint, *, now: datetime) -> Plan:
+    """Plan and store the next run after the endpoint was created or its schedule edited
+    (interval, cron, time zone, min, max): start-to-start from its last run, or now if
+    that has passed (``governor.plan_after_edit``). Every interface that saves such an
+    edit calls this after ``Endpoint.save``."""
+    plan = plan_after_edit(now, endpoint.last_run_at, EndpointSchedule.from_endpoint(endpoint))
+    _store_plan(endpoint, plan)
+    return plan
+
+
+def _store_plan(endpoint: Endpoint, plan: Plan) -> None:
+    """Store the plan in the endpoint's slot; an archived endpoint's slot gets no next run."""
+    at, source = (None, "") if endpoint.archived_at else (plan.next_run_at, plan.source)
+    Slot.objects.filter(pk=endpoint.pk).update(next_run_at=at, next_run_source=source)
+    endpoint.next_run_at, endpoint.next_run_source = at, source
+
+
+def _nudge_earlier(endpoint: Endpoint, now: datetime) -> Plan:
+    """A hint may bring the next run forward, never push an already planned run back;
+    the new cadence takes over from that run on."""
+    plan = plan_next_run(now, EndpointSchedule.from_endpoint(endpoint))
+    current = endpoint.next_run_at
+    if current is not None and current <= plan.next_run_at:
+        return Plan(current, endpoint.next_run_source)
+    _store_plan(endpoint, plan)
+    return plan
+
+
+def _history(
+    endpoint: Endpoint, kind: str, *, now: datetime, user: Any, session: Any, **values: Any
+) -> HintHistory:
+    return HintHistory.objects.create(
+        endpoint=endpoint,
+        kind=kind,
+        created_at=now,
+        created_by=user if getattr(user, "pk", None) else None,
+        session=session,
+        **values,
+    )
+
+
+def _refuse_bad_reason(reason: str) -> None:
+    # A reason is stored as given (hint history, pause reason): NUL would stop PostgreSQL.
+    if problem := reason_problem(reason):
+        raise OperationRefused(problem)
+
+
+def _refuse_archived(endpoint: Endpoint, action: str) -> None:
+    if endpoint.archived_at is not None:
+        raise OperationRefused(
+            f"{endpoint} is archived, so it cannot {action}; archived endpoints never run."
+        )
+
+
+def run_now(endpoint: Endpoint, *, now: datetime, user: Any = None) -> None:
+    """Make the endpoint due now, so the next tick runs it through the normal path."""
+    _refuse_archived(endpoint, "run")
+    if endpoint.job.status != JobStatus.ACTIVE:
+        raise OperationRefused(
+            f"Job {endpoint.job.name} is {endpoint.job.status}; resume the job first, "
+            "or use Test to call the endpoint once without scheduling."
+        )
+    if endpoint.is_paused(now):
+        raise OperationRefused(
+            f"{endpoint} is paused until {endpoint.paused_until:%Y-%m-%d %H:%M:%S} UTC; "
+            "resume it first, or use Test to call it once while paused."
+        )
+    # A lease that has run out (its worker died) does not block: it is released here.
+    lease_free = Q(claim_token__isnull=True) | Q(locked_until__lte=now)
+    updated = Slot.objects.filter(lease_free, pk=endpoint.pk).update(
+        next_run_at=now, next_run_source=Source.MANUAL, claim_token=None, locked_until=None
+    )
+    if not updated:
+        raise OperationRefused(_in_flight_message(endpoint, now))
+    endpoint.next_run_at, endpoint.next_run_source = now, Source.MANUAL
+    log_event(logging.INFO, f"run now requested by {user or 'system'}", endpoint_id=endpoint.pk)
+
+
+def _in_flight_message(endpoint: Endpoint, now: datetime) -> str:
+    running = (
+        Run.objects.filter(endpoint_id=endpoint.pk, status=RunStatus.RUNNING)
+        .order_by("-started_at")
+        .first()
+    )
+    if running is None:
+        return f"{endpoint} is claimed and about to run; wait for that run to finish."
+    started = describe_delta(running.started_at - now)
+    return f"{endpoint} is running now (run {running.pk} started {started}); wait for it to finish."
+
+
+def test_endpoint(endpoint: Endpoint, *, now: datetime | None = None) -> Run:
+    """Call the endpoint once now and record a ``test`` run; the schedule is untouched.
+
+    Allowed while paused (that is when people check an endpoint by hand).
+    """
+    _refuse_archived(endpoint, "be tested")
+    started = now or timezone.now()
+    run = Run.objects.create(
+        endpoint=endpoint,
+        trigger=RunTrigger.TEST,
+        source=Source.MANUAL,
+        scheduled_for=started,
+        started_at=started,
+        request_method=endpoint.method,
+        request_url=strip_userinfo(endpoint.url),
+    )
+    tenant = endpoint.job.tenant
+    result = perform_request(request_for(endpoint, tenant.hmac_secret, tenant.hmac_secret_previous))
+    finished = started + timedelta(milliseconds=max(int(result.duration_ms), 0))
+    Run.objects.filter(pk=run.pk).update(
+        status=RESULT_STATUS.get(result.status, RunStatus.FAILURE),
+        finished_at=max(finished, timezone.now()) if now is None else finished,
+        duration_ms=max(int(result.duration_ms), 0),
+        status_code=result.status_code,
+        response_body=result.body,
+        response_truncated=result.truncated,
+        response_size_bytes=result.size_bytes,
+        response_headers=result.headers or None,
+        error=result.error or "",
+    )
+    run.refresh_from_db()
+    metrics.record_run(run, status=run.status, duration_ms=run.duration_ms)
+    return run
+
+
+# Its name starts with "test": tell pytest it is not a test when a test module imports it.
+test_endpoint.__test__ = False  # type: ignore[attr-defined]
+
+
+def pause_endpoint(
+    endpoint: Endpoint,
+    *,
+    now: datetime,
+    until: datetime | None,
+    reason: str = "",
+    user: Any = None,
+    session: Any = None,
+) -> HintHistory:
+    """Pause until ``until`` (None resumes). The next run moves to the end of the pause."""
+    _refuse_bad_reason(reason)
+    if until is None:
+        return resume_endpoint(endpoint, now=now, reason=reason, user=user, session=session)
+    if until <= now:
+        raise OperationRefused(
+            f"Cannot pause until {until.isoformat()}: that is not in the future. "
+            "Pick a later time, or resume instead."
+        )
+    _refuse_archived(endpoint, "be paused")
+    Endpoint.objects.filter(pk=endpoint.pk).update(paused_until=until, pause_reason=reason)
+    endpoint.paused_until, endpoint.pause_reason = until, reason
+    recompute_next_run(endpoint, now=now)
+    return _history(
+        endpoint,
+        HintKind.PAUSE,
+        now=now,
+        user=user,
+        session=session,
+        paused_until=until,
+        reason=reason,
+    )
+
+
+def resume_endpoint(
+    endpoint: Endpoint, *, now: datetime, reason: str = "", user: Any = None, session: Any = None
+) -> HintHistory:
+    _refuse_bad_reason(reason)
+    Endpoint.objects.filter(pk=endpoint.pk).update(paused_until=None, pause_reason="")
+    endpoint.paused_until, endpoint.pause_reason = None, ""
+    recompute_next_run(endpoint, now=now)
+    return _history(endpoint, HintKind.RESUME, now=now, user=user, session=session, reason=reason)
+
+
+def apply_hint(
+    endpoint: Endpoint,
+    *,
+    now: datetime,
+    interval_ms: int | None = None,
+    next_run_at: datetime | None = None,
+    ttl: timedelta,
+    reason: str,
+    user: Any = None,
+    session: Any = None,
+) -> HintHistory:
+    """Set the endpoint's active hint (one TTL covers both kinds) and nudge its next run.
+
+    The nudge only brings the next run forward: a relaxed interval applies from the next
+    run on, a tighter one or an earlier one-shot takes effect at once.
+    """
+    _validate_hint(interval_ms, next_run_at, ttl)
+    _refuse_bad_reason(reason)
+    _refuse_archived(endpoint, "take hints")
+    values: dict[str, Any] = {"ai_hint_expires_at": now + ttl, "ai_hint_reason": reason}
+    if interval_ms is not None:
+        values["ai_hint_interval_ms"] = interval_ms
+    else:
+        values["ai_hint_next_run_at"] = next_run_at
+    Endpoint.objects.filter(pk=endpoint.pk).update(**values)
+    for name, value in values.items():
+        setattr(endpoint, name, value)
+    _nudge_earlier(endpoint, now)
+    return _history(
+        endpoint,
+        HintKind.INTERVAL if interval_ms is not None else HintKind.ONESHOT,
+        now=now,
+        user=user,
+        session=session,
+        interval_ms=interval_ms,
+        next_run_at=next_run_at,
+        expires_at=now + ttl,
+        reason=reason,
+    )
+
+
+def _validate_hint(interval_ms: int | None, next_run_at: datetime | None, ttl: timedelta) -> None:
+    if (interval_ms is None) == (next_run_at is None):
+        raise OperationRefused(
+            "Give exactly one of interval_ms (a new cadence) or next_run_at (a one-shot time)."
+        )
+    if interval_ms is not None and interval_ms < 1_000:
+        raise OperationRefused(f"A hinted interval must be at least 1000 ms; got {interval_ms}.")
+    if ttl <= timedelta(0):
+        raise OperationRefused(f"A hint needs a positive time to live; got {ttl}.")
+
+
+def clear_hints(
+    endpoint: Endpoint, *, now: datetime, reason: str = "", user: Any = None, session: Any = None
+) -> HintHistory:
+    """Drop the active hints and plan from the baseline again (a pending one-shot is cancelled)."""
+    _refuse_bad_reason(reason)
+    Endpoint.objects.filter(pk=endpoint.pk).update(**NO_HINT)
+    for name, value in NO_HINT.items():
+        setattr(endpoint, name, value)
+    recompute_next_run(endpoint, now=now)
+    return _history(endpoint, HintKind.CLEAR, now=now, user=user, session=session, reason=reason)
+
+
+def reset_failures(endpoint: Endpoint, *, now: datetime, user: Any = None) -> None:
+    """Forget the failure streak, which also drops its backoff from the next run."""
+    Endpoint.objects.filter(pk=endpoint.pk).update(failure_count=0)
+    endpoint.failure_count = 0
+    _nudge_earlier(endpoint, now)
+    log_event(logging.INFO, f"failures reset by {user or 'system'}", endpoint_id=endpoint.pk)
+
+
+def rotate_signing_secret(tenant: Tenant, *, now: datetime, grace: timedelta | None = None) -> str:
+    """Give the tenant a new request-signing secret and return it (shown once).
+
+    The secret it replaces keeps signing beside the new one (two signatures in
+    ``X-Cronicorn-Signature``) for ``grace`` (``CRONICORN_SIGNING_GRACE_SECONDS`` by
+    default), so receivers can switch to the new secret at any time within it; then
+    ``end_signing_grace`` drops it. A tenant that signed nothing starts signing now.
+    """
+    grace = (
+        grace if grace is not None else timedelta(seconds=settings.CRONICORN_SIGNING_GRACE_SECONDS)
+    )
+    new = secrets.token_urlsafe(32)
+    with transaction.atomic():
+        current = Tenant.objects.select_for_update().get(pk=tenant.pk)
+        previous = current.hmac_secret
+        Tenant.objects.filter(pk=tenant.pk).update(
+            hmac_secret=new,
+            hmac_secret_previous=previous,
+            hmac_previous_until=now + grace if previous else None,
+        )
+    tenant.refresh_from_db(fields=["hmac_secret", "hmac_secret_previous", "hmac_previous_until"])
+    log_event(
+        logging.INFO, f"signing secret of tenant {tenant.pk} rotated (the secret is not logged)"
+    )
+    return new
+
+
+def archive_endpoint(endpoint: Endpoint, *, now: datetime, user: Any = None) -> None:
+    """Archive: never claimed again (its slot has no next run). A run already in flight
+    finishes and is kept; its reschedule leaves the slot without a next run."""
+    with transaction.atomic():
+        Endpoint.objects.filter(pk=endpoint.pk, archived_at__isnull=True).update(archived_at=now)
+        Slot.objects.filter(pk=endpoint.pk).update(next_run_at=None, next_run_source="")
+    if endpoint.archived_at is None:
+        endpoint.archived_at = now
+    endpoint.next_run_at, endpoint.next_run_source = None, ""
+    log_event(logging.INFO, f"archived by {user or 'system'}", endpoint_id=endpoint.pk)
+
+
+def pause_job(job: Job, *, now: datetime, user: Any = None) -> None:
+    """Stop claiming the job's endpoints; their next runs stay planned for display.
+
+    The claim joins the job and skips it. A paused job's overdue endpoints stay in the
+    claim index and are read (and skipped) by each tick: fine for the few endpoints a
+    job has; resume_job plans them afresh.
+    """
+    if job.status == JobStatus.ARCHIVED:
+        raise OperationRefused(f"Job {job.name} is archived; archived jobs cannot be paused.")
+    Job.objects.filter(pk=job.pk).update(status=JobStatus.PAUSED, updated_at=now)
+    job.status = JobStatus.PAUSED
+    log_event(logging.INFO, f"job {job.pk} paused by {user or 'system'}")
+
+
+def resume_job(job: Job, *, now: datetime, user: Any = None) -> None:
+    if job.status == JobStatus.ARCHIVED:
+        raise OperationRefused(f"Job {job.name} is archived; archived jobs cannot be resumed.")
+    Job.objects.filter(pk=job.pk).update(status=JobStatus.ACTIVE, updated_at=now)
+    job.status = JobStatus.ACTIVE
+    for endpoint in Endpoint.objects.live().filter(job=job).select_related("job__tenant"):
+        recompute_next_run(endpoint, now=now)
+    log_event(logging.INFO, f"job {job.pk} resumed by {user or 'system'}")
