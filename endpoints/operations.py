@@ -15,16 +15,12 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings
-from django.db import (
-    transaction,
-)
+from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
 from endpoints.engine import metrics
-from endpoints.engine.executor import (
-    perform_request,
-)
+from endpoints.engine.executor import perform_request
 from endpoints.engine.logs import log_event
 from endpoints.engine.outcomes import NO_HINT, RESULT_STATUS
 from endpoints.engine.running import request_for

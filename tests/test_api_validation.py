@@ -159,7 +159,9 @@ def test_creating_past_the_tenants_endpoint_quota_is_refused(
             "baseline_interval_ms": 60_000,
         },
     )
-    assert "1 of its 1 endpoints" in problem(response)["errors"]["job_id"][0]
+    assert (
+        "would have 2 endpoints but max_endpoints is 1" in problem(response)["errors"]["job_id"][0]
+    )
 
 
 @pytest.mark.parametrize(

@@ -18,9 +18,9 @@ from cronicorn_site.logs import (
     JsonFormatter,
     SchedulerContextFilter,
     TextFormatter,
-    log_context,
     mask_secrets,
 )
+from endpoints.engine.logs import log_context
 
 CLAIM = "6f1c0b6e-8c1d-4a8e-9a57-1b2c3d4e5f60"
 logger = logging.getLogger("test.ops.scheduler")

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from django.db.models import Sum
 from django.utils import timezone
 from ninja import Router
 
@@ -11,17 +10,13 @@ from api.operations import operation
 from api.schemas import SigningSecretOut, TenantOut
 from endpoints import operations
 from endpoints.models import Endpoint, Tenant
-from planner.models import AnalysisSession
+from planner.analysis import tokens_spent_this_month
 
 router = Router(tags=["tenant"])
 
 
 def _usage(tenant: Tenant) -> TenantOut:
-    now = timezone.now()
-    month_start = now.replace(day=1, hour=0, minute=0, second=0, microsecond=0)
-    tokens = AnalysisSession.objects.filter(
-        endpoint__job__tenant=tenant, started_at__gte=month_start
-    ).aggregate(total=Sum("total_tokens"))["total"]
+    tokens = tokens_spent_this_month(tenant.pk, now=timezone.now())
     return TenantOut(
         id=tenant.pk,
         name=tenant.name,
@@ -29,7 +24,7 @@ def _usage(tenant: Tenant) -> TenantOut:
         endpoints_used=Endpoint.objects.live().filter(job__tenant=tenant).count(),
         min_interval_ms=tenant.min_interval_ms,
         monthly_token_budget=tenant.monthly_token_budget,
-        tokens_used_this_month=tokens or 0,
+        tokens_used_this_month=tokens,
         signs_requests=bool(tenant.hmac_secret),
         previous_secret_signs_until=tenant.hmac_previous_until,
     )

@@ -6,6 +6,6 @@ Admin URLs follow the models' app labels (``/admin/endpoints/endpoint/``), so th
 the same whichever app registers them.
 """
 
-from console.admin import analysis, jobs, keys
+from console.admin import alerts, analysis, jobs, keys
 
 __all__ = ["alerts", "analysis", "jobs", "keys"]

@@ -16,9 +16,7 @@ from typing import Any
 
 from endpoints.engine import sql
 from endpoints.engine.claiming import Claim
-from endpoints.engine.executor import (
-    HttpResult,
-)
+from endpoints.engine.executor import HttpResult
 from endpoints.engine.logs import log_event, logger
 from endpoints.engine.sql import ClaimedEndpoint
 from endpoints.governor import HINT_FIELDS, EndpointSchedule, plan_next_run

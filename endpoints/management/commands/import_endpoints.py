@@ -20,7 +20,7 @@ SYMBOLS = {"created": "+", "updated": "~", "unchanged": "=", "archived": "-"}
 class Command(BaseCommand):
     help = (
         "Create or update tenants, jobs and endpoints from a YAML or JSON file (the format "
-        "export_endpoints writes; see endpoints/config_io.py). Entries are matched by tenant, "
+        "export_endpoints writes; see endpoints/config_io/). Entries are matched by tenant, "
         "job and endpoint name; a job's or endpoint's omitted keys take their defaults, while "
         "runtime state (next run, hints, pauses, failures) is kept. All or nothing: any "
         "invalid entry means nothing is written and every problem is listed with its "
