@@ -37,6 +37,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from endpoints.schedules import (
+    MAX_PLANNABLE_MS,
     describe_delta,
     describe_schedule,
     format_interval,
@@ -44,6 +45,7 @@ from endpoints.schedules import (
 )
 
 MAX_BACKOFF_EXPONENT = 5
+BOUNDED_FIELDS = ("baseline_interval_ms", "min_interval_ms", "max_interval_ms")
 
 BASELINE_CRON = "baseline-cron"
 BASELINE_INTERVAL = "baseline-interval"
@@ -151,16 +153,17 @@ def plan_after_edit(
 
 
 def decide(now: datetime, schedule: EndpointSchedule) -> Decision:
-    steps: list[str] = []
+    steps: list[str] = _out_of_bounds(schedule)
     baseline = _baseline(now, schedule)
-    steps.append(f"baseline: {_when(baseline.at, now)} ({baseline.source})")
+    steps.insert(0, f"baseline: {_when(baseline.at, now)} ({baseline.source})")
 
     fresh = schedule.hints_fresh(now)
     candidates = [baseline]
     interval_hint = oneshot_hint = None
     if fresh:
         if schedule.ai_hint_interval_ms is not None:
-            interval_hint = Candidate(AI_INTERVAL, now + _ms(schedule.ai_hint_interval_ms))
+            hinted = _bounded(schedule.ai_hint_interval_ms)
+            interval_hint = Candidate(AI_INTERVAL, now + _ms(hinted))
             candidates.append(interval_hint)
         if schedule.ai_hint_next_run_at is not None:
             oneshot_hint = Candidate(AI_ONESHOT, schedule.ai_hint_next_run_at)
@@ -196,7 +199,8 @@ def _baseline(now: datetime, schedule: EndpointSchedule) -> Candidate:
     if not schedule.baseline_interval_ms:
         raise ValueError("The schedule has neither a cron expression nor an interval.")
     factor = 2 ** min(max(schedule.failure_count, 0), MAX_BACKOFF_EXPONENT)
-    return Candidate(BASELINE_INTERVAL, now + _ms(schedule.baseline_interval_ms * factor))
+    interval = _bounded(schedule.baseline_interval_ms)
+    return Candidate(BASELINE_INTERVAL, now + _ms(interval * factor))
 
 
 def _choose(
@@ -222,25 +226,45 @@ def _choose(
 def _clamp(
     now: datetime, at: datetime, source: str, schedule: EndpointSchedule, steps: list[str]
 ) -> tuple[datetime, str]:
-    if schedule.min_interval_ms and at < now + _ms(schedule.min_interval_ms):
-        at, source = now + _ms(schedule.min_interval_ms), CLAMPED_MIN
+    if schedule.min_interval_ms and at < now + _ms(_bounded(schedule.min_interval_ms)):
+        at, source = now + _ms(_bounded(schedule.min_interval_ms)), CLAMPED_MIN
         steps.append(
             f"raised to the minimum interval ({format_interval(schedule.min_interval_ms)})"
         )
-    if schedule.max_interval_ms and at > now + _ms(schedule.max_interval_ms):
-        at, source = now + _ms(schedule.max_interval_ms), CLAMPED_MAX
+    if schedule.max_interval_ms and at > now + _ms(_bounded(schedule.max_interval_ms)):
+        at, source = now + _ms(_bounded(schedule.max_interval_ms)), CLAMPED_MAX
         steps.append(
             f"lowered to the maximum interval ({format_interval(schedule.max_interval_ms)})"
         )
     floor = schedule.tenant_min_interval_ms
-    if floor and at < now + _ms(floor):
-        at, source = now + _ms(floor), CLAMPED_MIN
+    if floor and at < now + _ms(_bounded(floor)):
+        at, source = now + _ms(_bounded(floor)), CLAMPED_MIN
         steps.append(f"raised to the tenant's minimum interval ({format_interval(floor)})")
     return at, source
 
 
 def _ms(value: int) -> timedelta:
-    return timedelta(milliseconds=value)
+    # Bounded, so that no stored value can overflow a datetime (see MAX_PLANNABLE_MS).
+    limit = MAX_PLANNABLE_MS * 2**MAX_BACKOFF_EXPONENT
+    return timedelta(milliseconds=max(-limit, min(value, limit)))
+
+
+def _bounded(value: int) -> int:
+    return max(-MAX_PLANNABLE_MS, min(value, MAX_PLANNABLE_MS))
+
+
+def _out_of_bounds(schedule: EndpointSchedule) -> list[str]:
+    """Steps reporting stored values beyond MAX_PLANNABLE_MS (planned as the bound)."""
+    steps = []
+    for name in (*BOUNDED_FIELDS, "ai_hint_interval_ms", "tenant_min_interval_ms"):
+        value = getattr(schedule, name)
+        if value is not None and abs(value) > MAX_PLANNABLE_MS:
+            steps.append(
+                f"{name} holds {value} ms, beyond the longest allowed "
+                f"({format_interval(MAX_PLANNABLE_MS)}): planned as "
+                f"{format_interval(MAX_PLANNABLE_MS)}; correct the endpoint"
+            )
+    return steps
 
 
 def _when(at: datetime, now: datetime) -> str:

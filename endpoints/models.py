@@ -17,6 +17,7 @@ from django.db.models import F, Q
 
 from endpoints import governor, validation
 from endpoints.validation import (
+    MAX_INTERVAL_MS,
     MAX_RESPONSE_KB,
     MAX_TIMEOUT_MS,
     MIN_INTERVAL_MS,
@@ -146,12 +147,20 @@ class Tenant(models.Model):
     def clean_fields(self, exclude: Any = None) -> None:
         _clean_fields_checked(self, exclude, validation.check_text_values(self, exclude or ()))
 
+    def previous_secret(self, now: datetime) -> str:
+        """The replaced secret while its grace period lasts, else "": once the period
+        ends only one signature is sent, even before maintenance clears the field."""
+        until = self.hmac_previous_until
+        return self.hmac_secret_previous if until is not None and until > now else ""
+
     def clean(self) -> None:
         floor = self.min_interval_ms
         if isinstance(floor, int) and floor < MIN_INTERVAL_MS:
             raise ValidationError(
                 {"min_interval_ms": "The shortest interval allowed must be at least 1 s (1000 ms)."}
             )
+        if message := validation.longest_problem(floor):
+            raise ValidationError({"min_interval_ms": message})
 
 
 class Job(models.Model):
@@ -367,6 +376,19 @@ class Endpoint(models.Model):
                 | Q(ai_hint_interval_ms__gte=MIN_INTERVAL_MS),
                 name="endpoints_endpoint_hint_interval_at_least_1s",
             ),
+            *(
+                models.CheckConstraint(
+                    condition=Q(**{f"{field}__isnull": True})
+                    | Q(**{f"{field}__lte": MAX_INTERVAL_MS}),
+                    name=f"endpoints_endpoint_{field.removesuffix('_ms')}_at_most_a_year",
+                )
+                for field in (
+                    "baseline_interval_ms",
+                    "min_interval_ms",
+                    "max_interval_ms",
+                    "ai_hint_interval_ms",
+                )
+            ),
             models.CheckConstraint(
                 condition=Q(ai_hint_expires_at__isnull=False)
                 | (Q(ai_hint_interval_ms__isnull=True) & Q(ai_hint_next_run_at__isnull=True)),
@@ -447,6 +469,8 @@ class Endpoint(models.Model):
         hint = self._number("ai_hint_interval_ms")
         if hint is not None and hint < MIN_INTERVAL_MS:
             add("ai_hint_interval_ms", "A hinted interval must be at least 1 s (1000 ms).")
+        if message := validation.longest_problem(hint):
+            add("ai_hint_interval_ms", message)
         if (
             self.ai_hint_interval_ms is not None or self.ai_hint_next_run_at
         ) and not self.ai_hint_expires_at:

@@ -31,9 +31,11 @@ from django.conf import settings
 from django.db import transaction
 from django.db.models import F, Q
 
-from endpoints.models import Endpoint, Run
+from endpoints.governor import MAX_PLANNABLE_MS
+from endpoints.models import Endpoint, Run, RunStatus
 from endpoints.schedules import describe_duration
 from notifications.models import (
+    MAX_STALE_FACTOR,
     Alert,
     AlertKind,
     AlertRule,
@@ -123,7 +125,8 @@ def _stale_candidates(now: datetime) -> list[int]:
 
 
 def _stale_after(interval_ms: int, factor: int) -> timedelta:
-    return timedelta(milliseconds=interval_ms * factor)
+    # Bounded: a rule stored before MAX_STALE_FACTOR must not overflow the whole cycle.
+    return timedelta(milliseconds=min(interval_ms * factor, MAX_PLANNABLE_MS * MAX_STALE_FACTOR))
 
 
 def _states_of(endpoints: Sequence[Endpoint]) -> dict[int, AlertState]:
@@ -159,6 +162,9 @@ def _changes(endpoint: Endpoint, state: AlertState, rule: AlertRule, now: dateti
     failing = live and (
         endpoint.failure_count >= rule.after_failures
         or (state.failing and endpoint.failure_count > 0)  # failing until a success
+        # A streak reset by hand (reset_failures) is no success: still failing until
+        # a run succeeds, so "recovered" is never said of an endpoint that did not.
+        or (state.failing and not _last_run_succeeded(endpoint))
     )
     if failing != state.failing and _flip(state, now, failing=failing):
         if failing:
@@ -217,6 +223,13 @@ def _failure_detail(endpoint: Endpoint) -> str:
         code = f" HTTP {run.status_code}" if run.status_code else ""
         text += f"; last: {run.status}{code}: {run.error or 'no error text'}"
     return text
+
+
+def _last_run_succeeded(endpoint: Endpoint) -> bool:
+    finished = Run.objects.filter(endpoint=endpoint).exclude(status=RunStatus.RUNNING)
+    run = finished.order_by("-started_at").only("status").first()
+    # No finished run at all: nothing failed that a success must answer.
+    return run is None or run.status == RunStatus.SUCCESS
 
 
 def _recovery_detail(endpoint: Endpoint) -> str:

@@ -14,23 +14,25 @@ which holds its secrets, is scrubbed from it).
 from __future__ import annotations
 
 import re
-import socket
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
 from django.conf import settings
+from django.core.exceptions import ValidationError
 from django.core.mail import EmailMessage, get_connection
+from django.utils import timezone
 
-from endpoints.engine.executor import (
-    AddressGuard,
-    BlockedAddressError,
-    HttpRequest,
-    NetworkPolicy,
-    perform_request,
-)
+from endpoints.engine.executor import HttpRequest, NetworkPolicy, perform_request
+from endpoints.engine.outbound import ConnectionRefusedByGuard, guarded_connections
 from endpoints.secrets import MASK
-from notifications.models import Channel, ChannelKind, apprise_plugin, email_addresses
+from notifications.models import (
+    Channel,
+    ChannelKind,
+    apprise_plugin,
+    check_apprise_url,
+    email_addresses,
+)
 
 # Pieces of a target at least this long are treated as secrets when scrubbing errors.
 MIN_SECRET_PIECE = 6
@@ -90,7 +92,7 @@ def send_webhook(channel: Channel, message: Message) -> None:
         timeout_ms=int(settings.CRONICORN_NOTIFY_TIMEOUT_SECONDS * 1000),
         max_response_size_kb=16,
         hmac_secret=channel.tenant.hmac_secret,
-        hmac_previous_secret=channel.tenant.hmac_secret_previous,
+        hmac_previous_secret=channel.tenant.previous_secret(timezone.now()),
     )
     result = perform_request(request)
     if result.status != "success":
@@ -98,41 +100,33 @@ def send_webhook(channel: Channel, message: Message) -> None:
 
 
 def send_apprise(channel: Channel, message: Message) -> None:
+    """Apprise makes its own connections (HTTP with redirects, SMTP to a host named in
+    the URL, ...): every one of them passes the outbound guard at connect time, on the
+    address actually connected to (``endpoints.engine.outbound``)."""
     import apprise  # lazily: see notifications.models.apprise_plugin
 
-    check_apprise_host(channel.target, NetworkPolicy.from_settings())
-    notifier = apprise.Apprise()
+    try:
+        check_apprise_url(channel.target)
+    except ValidationError as exc:
+        raise DeliveryError(" ".join(exc.messages)) from None
+    # Sequential: the guard follows this thread, so Apprise must not send on a pool.
+    notifier = apprise.Apprise(asset=apprise.AppriseAsset(async_mode=False))
     if not notifier.add(channel.target):
         raise DeliveryError("Apprise does not understand this URL; see its list of services.")
     # Apprise reports why a send failed only through its logger: capture it for the record.
-    with apprise.LogCapture(level=apprise.logging.WARNING) as captured:
-        ok = notifier.notify(title=message.subject, body=message.body)
+    with (
+        guarded_connections(NetworkPolicy.from_settings()) as refusals,
+        apprise.LogCapture(level=apprise.logging.WARNING) as captured,
+    ):
+        try:
+            ok = notifier.notify(title=message.subject, body=message.body)
+        except ConnectionRefusedByGuard:
+            ok = False
+    if refusals:
+        raise DeliveryError(refusals[0])
     if not ok:
         why = " ".join(captured.getvalue().split()) or "no reason given"
         raise DeliveryError(f"Apprise could not send: {why}")
-
-
-def check_apprise_host(target: str, policy: NetworkPolicy) -> None:
-    """Refuse an Apprise URL whose host resolves to an address the SSRF guard forbids.
-
-    Apprise makes its own connections, so the executor's guard cannot see them; this
-    checks the host before the send. Services with a fixed public host (slack://, tgram://)
-    carry tokens where a host would be, which do not resolve and are let through. A name
-    re-pointed between this check and Apprise's own lookup is not caught: allow-list
-    such channels' hosts in multi-tenant deployments rather than trust them.
-    """
-    plugin = apprise_plugin(target)
-    host = getattr(plugin, "host", None) if plugin else None
-    if not host:
-        return
-    try:
-        addresses = {str(info[4][0]) for info in socket.getaddrinfo(host, None)}
-    except (socket.gaierror, UnicodeError):
-        return
-    try:
-        AddressGuard(policy).check(str(host), addresses)
-    except BlockedAddressError as exc:
-        raise DeliveryError(str(exc)) from None
 
 
 def masked_target(channel: Channel) -> str:

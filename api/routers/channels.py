@@ -3,6 +3,7 @@ test message. A channel's target is a secret: written, never read back."""
 
 from __future__ import annotations
 
+from django.db import transaction
 from django.utils import timezone
 from ninja import Router
 
@@ -11,6 +12,7 @@ from api.forms import validated_channel
 from api.operations import operation
 from api.routers.jobs import tenant_for
 from api.schemas import ChannelIn, ChannelOut, ChannelPatch, DeliveryOut, Message
+from endpoints.models import Tenant
 from notifications.alerts import send_test_message
 from notifications.models import Channel, Delivery
 
@@ -39,9 +41,15 @@ def list_channels(principal: Principal) -> list[Channel]:
 )
 def create_channel(principal: Principal, payload: ChannelIn) -> Channel:
     """Create an alert channel: email, a signed webhook, or an Apprise URL (chat, push)."""
-    values = {**payload.dict(exclude={"tenant_id"}), "tenant": tenant_for(principal, payload)}
-    channel = validated_channel(principal, Channel(), values)
-    channel.save()
+    tenant = tenant_for(principal, payload)
+    values = {**payload.dict(exclude={"tenant_id"}), "tenant": tenant}
+    # The tenant's row is locked while its channels are counted (Channel.clean) and the
+    # new one saved: concurrent creates are counted one after another.
+    with transaction.atomic():
+        locked = Tenant.objects.select_for_update().filter(pk=tenant or 0)
+        list(locked.values_list("pk", flat=True))
+        channel = validated_channel(principal, Channel(), values)
+        channel.save()
     return channel
 
 

@@ -78,7 +78,11 @@ _JOINED = {
     "pk": "e.id",
     "job_status": "j.status",
     "hmac_secret": "t.hmac_secret",
-    "hmac_secret_previous": "t.hmac_secret_previous",
+    # Only while the grace period lasts, whether or not maintenance has cleared it yet.
+    "hmac_secret_previous": (
+        "CASE WHEN t.hmac_previous_until > CURRENT_TIMESTAMP"
+        " THEN t.hmac_secret_previous ELSE '' END"
+    ),
     "tenant_min_interval_ms": "t.min_interval_ms",
 }
 _COLUMNS = [f.name for f in fields(ClaimedEndpoint)]
