@@ -295,6 +295,9 @@ CRONICORN_NOTIFY_RETRY_SECONDS = env_float("CRONICORN_NOTIFY_RETRY_SECONDS", 30.
 CRONICORN_NOTIFY_CHANNEL_FAILING_AFTER = env_int(
     "CRONICORN_NOTIFY_CHANNEL_FAILING_AFTER", 3, minimum=1
 )
+# Sender threads per process: each channel sends in its own, so a hanging channel delays
+# no other; more channels than this hanging at once wait for a free thread.
+CRONICORN_NOTIFY_CONCURRENCY = env_int("CRONICORN_NOTIFY_CONCURRENCY", 16, minimum=1)
 # Email alerts go through Django's email backend: SMTP by default, any backend by path.
 EMAIL_BACKEND = env_str("EMAIL_BACKEND", "django.core.mail.backends.smtp.EmailBackend")
 EMAIL_HOST = env_str("EMAIL_HOST", "localhost")
