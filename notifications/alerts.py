@@ -541,6 +541,7 @@ class Clock:
 # kept off the same deliveries by their lease (``next_attempt_at`` set ahead).
 _BUSY: set[int] = set()
 _BUSY_LOCK = threading.Lock()
+_TURNS: set[Future[tuple[int, int]]] = set()
 _POOL: ThreadPoolExecutor | None = None
 _POOL_LOCK = threading.Lock()
 
@@ -617,10 +618,28 @@ def _start_turn(
         _free(channel_id)
         return None
     try:
-        return _pool().submit(_channel_turn, channel_id, taken, until, clock)
+        turn = _pool().submit(_channel_turn, channel_id, taken, until, clock)
     except RuntimeError:  # the pool is shutting down (interpreter exit): left to the lease
         _free(channel_id)
         return None
+    with _BUSY_LOCK:
+        _TURNS.add(turn)
+    turn.add_done_callback(_forget)
+    return turn
+
+
+def _forget(turn: Future[tuple[int, int]]) -> None:
+    with _BUSY_LOCK:
+        _TURNS.discard(turn)
+
+
+def wait_for_senders(timeout: float) -> bool:
+    """Wait up to ``timeout`` seconds for this process's channel turns to end (a clean
+    shutdown, a test); True when none is left running."""
+    with _BUSY_LOCK:
+        turns = list(_TURNS)
+    _done, running = futures_wait(turns, timeout=timeout)
+    return not running
 
 
 def _free(channel_id: int) -> None:
