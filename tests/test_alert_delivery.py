@@ -9,6 +9,7 @@ notify cycle is driven directly (as runscheduler's loop calls it) with short set
 
 from __future__ import annotations
 
+import itertools
 import json
 import time
 from datetime import timedelta
@@ -19,7 +20,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from endpoints.models import Endpoint, Flip, Job, Tenant
-from notifications.alerts import backoff, notify_cycle, wait_for_senders
+from notifications.alerts import backoff, wait_for_senders
 from notifications.models import AlertRule, Channel, ChannelKind, Delivery, DeliveryStatus
 from tests.alert_servers import SilentServer, notify_loop
 from tests.http_targets import Hit, TargetServer
@@ -122,9 +123,9 @@ def test_retries_are_never_earlier_than_their_backoff_even_after_a_hanging_send(
     delivery = Delivery.objects.get(channel__name="down")
     attempts = list(delivery.attempt_log.all())
     assert [a.number for a in attempts] == [1, 2, 3, 4]
-    for number, (earlier, later) in enumerate(zip(arrivals, arrivals[1:], strict=False), 1):
+    for number, (earlier, later) in enumerate(itertools.pairwise(arrivals), 1):
         assert later - earlier >= backoff(number).total_seconds()
-    for earlier, later in zip(attempts, attempts[1:], strict=False):
+    for earlier, later in itertools.pairwise(attempts):
         assert later.at - timedelta(milliseconds=later.duration_ms) >= earlier.at + backoff(
             earlier.number
         )
