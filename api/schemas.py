@@ -355,3 +355,11 @@ class DeliveryOut(Schema):
     attempts: int
     last_error: str
     sent_at: datetime | None
+
+
+class AcknowledgementOut(Schema):
+    endpoint_id: int
+    failing: bool
+    failing_since: datetime | None = Field(description="When its failing alert was raised.")
+    acknowledged_at: datetime | None
+    acknowledged_by: str = Field(description="Who acknowledged: no reminder or escalation since.")
