@@ -40,13 +40,9 @@ def populate(n: int) -> list[int]:
 
 
 def engine() -> tuple[Any, Any]:
-    try:
-        from endpoints.engine import claiming as claim_module
-        from endpoints.engine import sql
-    except ImportError:  # before the layout: one module each
-        from endpoints import hot_path as sql  # type: ignore[no-redef]
-        from endpoints import scheduling as claim_module  # type: ignore[no-redef]
-    return claim_module, sql
+    from endpoints.engine import claiming, sql
+
+    return claiming, sql
 
 
 WITHOUT_OUTBOX = """flip AS (

@@ -10,8 +10,10 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
+from endpoints.engine.claiming import claim_due_endpoints
+from endpoints.engine.outcomes import Outcome
+from endpoints.engine.running import call_claim, record_outcomes
 from endpoints.models import Endpoint, Flip, Slot, Source
-from endpoints.scheduling import Outcome, call_claim, claim_due_endpoints, record_outcomes
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("loopback_allowed")]
 
