@@ -1,5 +1,5 @@
 """Acknowledging a failing endpoint's alert through the REST API and MCP (one operation,
-``acknowledge_alert``), and the API's test message sent exactly once while the notify
+``acknowledge_alert``) and the admin, and the API's test message sent exactly once while the notify
 loop runs, against a real webhook receiver."""
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from api.mcp_server import build_server
 from endpoints.models import Endpoint, Job, Tenant
 from notifications.alerts import notify_cycle, wait_for_senders
 from notifications.models import AlertState, Channel, ChannelKind, Delivery, DeliveryStatus
+from tests.admin_world import build_world, operation_url
 from tests.alert_servers import notify_loop
 from tests.api_world import make_key
 from tests.http_targets import TargetServer
@@ -111,3 +112,17 @@ def test_the_apis_test_message_goes_out_exactly_once_per_call_while_the_loop_run
         assert len(receiver.hits("/t")) == 30
     assert Delivery.objects.filter(status=DeliveryStatus.SENT).count() == 30
     assert Channel.objects.get().kind == ChannelKind.WEBHOOK
+
+
+def test_the_admin_acknowledges_from_the_endpoint_page_and_bob_cannot(now):
+    world = build_world()
+    endpoint = world.a.endpoint
+    Endpoint.objects.filter(pk=endpoint.pk).update(failure_count=3)
+    notify_cycle(now=now)
+    assert (
+        world.client_for(world.bob).post(operation_url(endpoint, "acknowledge")).status_code == 404
+    )
+    answer = world.client_for(world.alice).post(operation_url(endpoint, "acknowledge"), follow=True)
+    assert "Acknowledged" in answer.content.decode()
+    state = AlertState.objects.get(pk=endpoint.pk)
+    assert state.acknowledged_by == "alice" and state.acknowledged_at is not None
