@@ -271,3 +271,18 @@ def test_masked_targets_show_hosts_never_tokens():
         "https://hooks.slack.com/••••"
     )
     assert shown(ChannelKind.EMAIL, "ops@example.com") == "ops@example.com"
+
+
+def test_an_escalation_needs_a_channel_of_the_rules_own_tenant(make_endpoint):
+    from django.core.exceptions import ValidationError
+
+    from endpoints.models import Tenant
+
+    job = make_endpoint().job
+    with pytest.raises(ValidationError, match="Pick the channel escalations go to"):
+        AlertRule(job=job, escalate_after_minutes=30).full_clean()
+    theirs = Channel.objects.create(
+        tenant=Tenant.objects.create(name="Beta"), name="p", kind=ChannelKind.EMAIL, target="a@b.io"
+    )
+    with pytest.raises(ValidationError, match="a channel of the tenant"):
+        AlertRule(job=job, escalate_after_minutes=30, escalate_to=theirs).full_clean()
