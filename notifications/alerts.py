@@ -66,10 +66,11 @@ class CycleResult:
 
 
 def notify_cycle(*, now: datetime, wait: float | None = None) -> CycleResult:
+    clock = Clock(now)  # from the cycle's start: sends are stamped at their real time
     alerts = detect_changes(now=now)
     alerts += remind_and_escalate(now=now)
     deliveries = queue_deliveries(now=now)
-    sent, failed = deliver_due(now=now, wait=wait)
+    sent, failed = deliver_due(now=now, wait=wait, clock=clock)
     return CycleResult(len(alerts), deliveries, sent, failed)
 
 
@@ -570,16 +571,19 @@ def lease() -> timedelta:
     return timedelta(seconds=2 * settings.CRONICORN_NOTIFY_TIMEOUT_SECONDS + 30)
 
 
-def deliver_due(*, now: datetime, wait: float | None = None) -> tuple[int, int]:
+def deliver_due(
+    *, now: datetime, wait: float | None = None, clock: Clock | None = None
+) -> tuple[int, int]:
     """Attempt the deliveries due, each channel in its own sender thread; returns (sent,
     failed attempts) of the turns that ended within ``wait`` seconds (default: one notify
     period). Turns still running go on in the background and record their own outcome, so
     a hanging channel delays neither the next cycle nor any other channel or tenant. A
     channel sends its deliveries one after another and stops at its first failure, so one
-    dead channel costs one timeout a cycle, in its own thread."""
-    clock = Clock(now)
+    dead channel costs one timeout a cycle, in its own thread. ``clock`` is the cycle's
+    (started with it), so what is due and each attempt's time are the real moment."""
+    clock = clock or Clock(now)
     due = list(
-        Delivery.objects.filter(status=DeliveryStatus.PENDING, next_attempt_at__lte=now)
+        Delivery.objects.filter(status=DeliveryStatus.PENDING, next_attempt_at__lte=clock.now())
         .order_by("next_attempt_at")  # notifications_delivery_due
         .values_list("pk", "channel_id", "next_attempt_at")[:DELIVERY_BATCH]
     )
