@@ -5,15 +5,22 @@ It runs apart from the runs (the Celery task ``cronicorn.notify_cycle`` on the
 delays a run. Each step is safe to run in several processes at once: every state
 change is a conditional update whose row count says who won.
 
-1. ``detect_changes`` compares each endpoint that could have changed (failing, paused,
-   or with an open alert: partial indexes, so the cost follows those, not the fleet)
-   with its ``AlertState`` and records an ``Alert`` per change: failing after N
-   failures, recovered, paused, stale. One per state change, never one per run.
+1. ``detect_changes`` first reads the engine's outbox (``endpoints.Flip``: each failure
+   streak a run ended, with its length), so a streak that began and ended between two
+   cycles is told ("is failing, then recovered"); then it compares each endpoint that
+   could have changed (failing, paused, or with an open alert: partial indexes, so the
+   cost follows those, not the fleet) with its ``AlertState`` and records an ``Alert``
+   per change: failing after N failures, recovered, paused, stale. One per state
+   change, never one per run.
+1b. ``remind_and_escalate``: reminders while failing and not acknowledged (per rule, off
+   by default) and one escalation to the rule's channel; ``acknowledge`` stops both.
 2. ``queue_deliveries`` turns a job's alerts into one message per channel once the job
    has been quiet for ``CRONICORN_ALERT_DIGEST_SECONDS``: one alert alone, several as a
    digest, so a shared dependency going down sends one message, not fifty.
-3. ``deliver_due`` sends what is due; a failed attempt is recorded and retried with
-   exponential backoff up to ``CRONICORN_NOTIFY_MAX_ATTEMPTS``; a channel failing
+3. ``deliver_due`` sends what is due, each channel in its own sender thread with a
+   deadline, so a hanging channel delays no other channel, tenant or cycle; a failed
+   attempt is recorded at its own time and retried with exponential backoff counted
+   from it, up to ``CRONICORN_NOTIFY_MAX_ATTEMPTS``; a channel failing
    ``CRONICORN_NOTIFY_CHANNEL_FAILING_AFTER`` times in a row is marked failing.
 """
 
