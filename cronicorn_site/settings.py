@@ -352,6 +352,9 @@ CRONICORN_APPRISE_SCHEMES = env_list(
         "mailtos",
     ],
 )
+# Sender threads per process: each channel sends in its own, so a hanging channel delays
+# no other; more channels than this hanging at once wait for a free thread.
+CRONICORN_NOTIFY_CONCURRENCY = env_int("CRONICORN_NOTIFY_CONCURRENCY", 16, minimum=1)
 # Email alerts go through Django's email backend: SMTP by default, any backend by path.
 EMAIL_BACKEND = env_str("EMAIL_BACKEND", "django.core.mail.backends.smtp.EmailBackend")
 EMAIL_HOST = env_str("EMAIL_HOST", "localhost")

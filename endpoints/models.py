@@ -777,3 +777,32 @@ class Heartbeat(models.Model):
         updated = cls.objects.filter(name=name).update(at=now, info=info)
         if not updated:
             cls.objects.update_or_create(name=name, defaults={"at": now, "info": info})
+
+
+class Flip(models.Model):
+    """A failure streak a run ended: the outbox the notify cycle reads.
+
+    Written by the engine in the very statement that records the run's reschedule (so in
+    its transaction, and only when it wins), only for a success after one or more
+    failures: the common run writes nothing, a recovery one small row. ``failures`` is the
+    streak's length, so the notify cycle, which samples ``failure_count`` for streaks still
+    going, still sees a streak that began and ended between two of its samples (three
+    failures in 2 s, a cycle every 5 s) and alerts "failing, then recovered".
+
+    Why the engine writes a row rather than notifications deriving flips from Runs: a Run
+    is inserted when it starts and finished later, out of id order and committed at any
+    moment, so no cursor over runs is sure to see each finish once; and the engine must not
+    know about alert rules (a rule's threshold lives in notifications), hence a fact any
+    rule can be checked against: "a streak of N ended at T". Rows live until a notify
+    cycle consumes them (deleted in the transaction that raises their alerts).
+    """
+
+    endpoint = models.ForeignKey(Endpoint, on_delete=models.CASCADE, related_name="+")
+    failures = models.PositiveIntegerField(help_text="How many failed runs the streak had.")
+    at = models.DateTimeField(help_text="When the run that ended the streak started.")
+
+    class Meta:
+        ordering = ["pk"]
+
+    def __str__(self) -> str:
+        return f"{self.failures} failures of {self.endpoint_id} ended at {self.at:%H:%M:%S}"

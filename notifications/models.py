@@ -52,6 +52,8 @@ class AlertKind(models.TextChoices):
     RECOVERED = "recovered"
     PAUSED = "paused"
     STALE = "stale"
+    REMINDER = "reminder"  # still failing, not acknowledged: the rule's remind_every
+    ESCALATED = "escalated"  # still failing after the rule's escalate_after: to its channel
 
 
 class DeliveryStatus(models.TextChoices):
@@ -76,6 +78,10 @@ class Channel(models.Model):
         "slack://…, discord://…, tgram://…, ntfy://…, pagerduty://….",
     )
     enabled = models.BooleanField(default=True)
+    escalation_only = models.BooleanField(
+        default=False,
+        help_text="Receives only escalations (a pager, an on-call lead), not every alert.",
+    )
     # Marked failing after CRONICORN_NOTIFY_CHANNEL_FAILING_AFTER failed attempts in a row.
     consecutive_failures = models.PositiveIntegerField(default=0)
     failing_since = models.DateTimeField(null=True, blank=True)
@@ -244,6 +250,26 @@ class AlertRule(models.Model):
     )
     quiet_from = models.TimeField(null=True, blank=True, help_text="Quiet hours start (UTC).")
     quiet_until = models.TimeField(null=True, blank=True, help_text="Quiet hours end (UTC).")
+    # Off by default: the failing alert already went to every channel, and a reminder
+    # nobody asked for on a long-known outage trains people to ignore alerts.
+    remind_every_minutes = models.PositiveIntegerField(
+        default=0,
+        help_text="While failing and not acknowledged, remind every this many minutes "
+        "(0: never; 60 or 1440 for hourly or daily).",
+    )
+    escalate_after_minutes = models.PositiveIntegerField(
+        default=0,
+        help_text="Still failing and not acknowledged this many minutes after the failing "
+        "alert: tell the escalation channel, once (0: never).",
+    )
+    escalate_to = models.ForeignKey(
+        Channel,
+        on_delete=models.SET_NULL,
+        null=True,
+        blank=True,
+        related_name="+",
+        help_text="Where escalations go (a channel of the same tenant).",
+    )
 
     class Meta:
         constraints = [
@@ -276,6 +302,28 @@ class AlertRule(models.Model):
                 "Pick the job the rule is for, or one endpoint whose rule overrides its "
                 "job's; not both, not neither."
             )
+        if self.escalate_after_minutes and self.escalate_to_id is None:
+            raise ValidationError(
+                {"escalate_to": "Pick the channel escalations go to, or set escalate after to 0."}
+            )
+        channel_tenant = (
+            Channel.objects.filter(pk=self.escalate_to_id or 0)
+            .values_list("tenant_id", flat=True)
+            .first()
+        )
+        if self.escalate_to_id is not None and self._tenant_id() not in (None, channel_tenant):
+            raise ValidationError(
+                {"escalate_to": "Pick a channel of the tenant this rule's job belongs to."}
+            )
+
+    def _tenant_id(self) -> int | None:
+        if self.job_id is not None:
+            return Job.objects.filter(pk=self.job_id).values_list("tenant_id", flat=True).first()
+        return (
+            Endpoint.objects.filter(pk=self.endpoint_id or 0)
+            .values_list("job__tenant_id", flat=True)
+            .first()
+        )
 
     def is_quiet(self, now: datetime) -> bool:
         if self.quiet_from is None or self.quiet_until is None:
@@ -299,6 +347,13 @@ class AlertState(models.Model):
     stale = models.BooleanField(default=False)
     paused_until_seen = models.DateTimeField(null=True, blank=True)
     changed_at = models.DateTimeField(null=True, blank=True)
+    # The failing episode: when its failing alert was raised, its last reminder, its
+    # escalation and who acknowledged it (which stops both). Cleared on recovery.
+    failing_since = models.DateTimeField(null=True, blank=True)
+    reminded_at = models.DateTimeField(null=True, blank=True)
+    escalated_at = models.DateTimeField(null=True, blank=True)
+    acknowledged_at = models.DateTimeField(null=True, blank=True)
+    acknowledged_by = models.CharField(max_length=200, blank=True)
 
     class Meta:
         indexes = [
@@ -325,6 +380,10 @@ class Alert(models.Model):
     endpoint = models.ForeignKey(Endpoint, on_delete=models.CASCADE, related_name="alerts")
     kind = models.CharField(max_length=16, choices=AlertKind.choices)
     detail = models.TextField(blank=True)
+    # Set for an escalation: it goes to this channel only, not to the tenant's channels.
+    channel = models.ForeignKey(
+        Channel, on_delete=models.CASCADE, null=True, blank=True, related_name="+"
+    )
     created_at = models.DateTimeField()
     queued_at = models.DateTimeField(null=True, blank=True)
 

@@ -13,7 +13,12 @@ which holds its secrets, is scrubbed from it).
 
 from __future__ import annotations
 
+import logging
 import re
+import threading
+from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
@@ -29,7 +34,6 @@ from endpoints.secrets import MASK
 from notifications.models import (
     Channel,
     ChannelKind,
-    apprise_plugin,
     check_apprise_url,
     email_addresses,
 )
@@ -57,7 +61,8 @@ def send(channel: Channel, message: Message) -> None:
         ChannelKind.APPRISE: send_apprise,
     }[ChannelKind(channel.kind)]
     try:
-        sender(channel, message)
+        with _masked_in_logs(channel.target):
+            sender(channel, message)
     except DeliveryError as exc:
         raise DeliveryError(scrub(str(exc), channel.target)) from None
     except Exception as exc:  # a backend's own error type: worded, scrubbed, kept
@@ -130,16 +135,31 @@ def send_apprise(channel: Channel, message: Message) -> None:
 
 
 def masked_target(channel: Channel) -> str:
-    """The target as pages may show it: addresses for email, secrets masked otherwise."""
+    """The target as pages and log lines may show it: addresses for email; otherwise the
+    scheme and the host, never a path, query or credentials (where Slack, Discord and
+    Teams keep their secret, and Apprise's json://, xml://, form:// their tokens)."""
     if channel.kind == ChannelKind.EMAIL:
         return channel.target
-    if channel.kind == ChannelKind.APPRISE:
-        plugin = apprise_plugin(channel.target)
-        if plugin is not None:
-            return str(plugin.url(privacy=True)).split("?")[0]
+    return mask_url(channel.target)
+
+
+def mask_url(url: str) -> str:
+    """``scheme://host/•••``: the host only when it is one (a name with a dot, an
+    address, localhost); chat services keep tokens where a host would be (slack://T0/B0,
+    ntfy://topic), which are masked like the rest."""
+    try:
+        parts = urlsplit(url)
+        host, port = parts.hostname or "", parts.port
+    except ValueError:
         return MASK
-    parts = urlsplit(channel.target)
-    return f"{parts.scheme}://{parts.hostname or ''}/{MASK}" if parts.scheme else MASK
+    if not parts.scheme:
+        return MASK
+    if not ("." in host or ":" in host or host == "localhost"):
+        return f"{parts.scheme}://{MASK}"
+    shown = f"[{host}]" if ":" in host else host
+    shown += f":{port}" if port else ""
+    rest = parts.path.strip("/") or parts.query or parts.fragment
+    return f"{parts.scheme}://{shown}/{MASK}" if rest else f"{parts.scheme}://{shown}"
 
 
 def scrub(text: str, target: str) -> str:
@@ -156,3 +176,59 @@ def scrub(text: str, target: str) -> str:
         if piece.lower() != host.lower() and "@" not in piece:
             text = text.replace(piece, MASK)
     return text
+
+
+def scrub_url(text: str, target: str) -> str:
+    """``scrub`` and also the target's path and query whatever their length, as the
+    executor's and Apprise's log lines print them (``POST http://host/hook/T0/B0``)."""
+    parts = urlsplit(target) if "://" in target else None
+    if parts is not None:
+        path = parts.path.rstrip("/")
+        for piece in (f"{path}?{parts.query}" if parts.query else "", parts.query, path):
+            if len(piece) > 1:
+                text = text.replace(piece, f"/{MASK}" if piece.startswith("/") else MASK)
+    return scrub(text, target)
+
+
+# Channel targets being sent to right now, in any thread. The executor (a webhook),
+# Apprise and urllib3 under it log the URL they call, at DEBUG for every send and at
+# WARNING when the guard refuses an address; a filter on those loggers masks these
+# targets in every such line (the executor serves runs too; their URLs are not touched).
+_SENDING: Counter[str] = Counter()
+_SENDING_LOCK = threading.Lock()
+
+
+class MaskChannelTargets(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        with _SENDING_LOCK:
+            targets = list(_SENDING)
+        if targets:
+            text = masked = record.getMessage()
+            for target in targets:
+                masked = scrub_url(masked, target)
+            if masked != text:
+                record.msg, record.args = masked, ()
+        return True
+
+
+@contextmanager
+def _masked_in_logs(target: str) -> Iterator[None]:
+    with _SENDING_LOCK:
+        _SENDING[target] += 1
+    try:
+        yield
+    finally:
+        with _SENDING_LOCK:
+            _SENDING[target] -= 1
+            if _SENDING[target] <= 0:
+                del _SENDING[target]
+
+
+def _install_mask() -> None:
+    for name in ("cronicorn.executor", "apprise", "urllib3.connectionpool"):
+        named = logging.getLogger(name)
+        if not any(isinstance(f, MaskChannelTargets) for f in named.filters):
+            named.addFilter(MaskChannelTargets())
+
+
+_install_mask()
