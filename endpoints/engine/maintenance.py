@@ -16,6 +16,7 @@ from django.db import (
 from endpoints.engine import metrics
 from endpoints.engine.claiming import release_expired_postgresql
 from endpoints.engine.logs import log_event
+from endpoints.engine.sql import fetch
 from endpoints.models import (
     Heartbeat,
     Run,
@@ -51,13 +52,25 @@ def sweep_zombies(*, now: datetime) -> int:
 
 
 def prune_runs(*, now: datetime) -> int:
-    """Delete runs older than the retention, always keeping each endpoint's latest runs.
+    """Delete runs older than the retention, always keeping each endpoint's latest runs
+    (``CRONICORN_RUN_RETENTION_KEEP``) and every run still in flight.
 
-    Deletes in batches of ``PRUNE_BATCH_SIZE`` (each its own short statement) so a large
-    backlog never holds a long lock.
+    Deletes in bounded statements (about ``PRUNE_BATCH_SIZE`` rows each) so a large
+    backlog never holds a long lock. On PostgreSQL the old runs go by ranges of
+    ``started_at`` (set-based, no ids through Python); elsewhere through the ORM.
     """
     cutoff = now - timedelta(days=settings.CRONICORN_RUN_RETENTION_DAYS)
     keep = settings.CRONICORN_RUN_RETENTION_KEEP
+    if connection.vendor == "postgresql":
+        deleted = _prune_postgresql(cutoff, keep)
+    else:
+        deleted = _prune_by_endpoint(cutoff, keep)
+    if deleted:
+        log_event(logging.INFO, f"pruned {deleted} run(s) older than {cutoff:%Y-%m-%d}")
+    return deleted
+
+
+def _prune_by_endpoint(cutoff: datetime, keep: int) -> int:
     old = Run.objects.filter(started_at__lt=cutoff).exclude(status=RunStatus.RUNNING)
     deleted = 0
     for endpoint_id in old.values_list("endpoint_id", flat=True).distinct().order_by():
@@ -66,8 +79,64 @@ def prune_runs(*, now: datetime) -> int:
         candidates = old.filter(endpoint_id=endpoint_id).exclude(pk__in=keep_ids)
         while batch := list(candidates.values_list("pk", flat=True)[:PRUNE_BATCH_SIZE]):
             deleted += Run.objects.filter(pk__in=batch).delete()[1].get("endpoints.Run", 0)
-    if deleted:
-        log_event(logging.INFO, f"pruned {deleted} run(s) older than {cutoff:%Y-%m-%d}")
+    return deleted
+
+
+# The ``keep``-th newest run of each endpoint whose ``keep``-th newest run started before
+# the cutoff, or that has fewer runs than that (NULL): only their old runs need the
+# per-endpoint rule; every other endpoint's old runs all go. One probe of the history
+# index per endpoint (``keep`` entries), so O(endpoints), not O(rows).
+_PRUNE_FLOORS = """
+SELECT e.id, k.started_at, k.id FROM endpoints_endpoint AS e
+LEFT JOIN LATERAL (
+    SELECT r.started_at, r.id FROM endpoints_run AS r WHERE r.endpoint_id = e.id
+    ORDER BY r.started_at DESC, r.id DESC OFFSET %s LIMIT 1
+) AS k ON true
+WHERE k.started_at IS NULL OR k.started_at < %s
+"""
+# The start of the run ``PRUNE_BATCH_SIZE`` places after ``lo``: the end of a window.
+_PRUNE_WINDOW_END = """
+SELECT started_at FROM endpoints_run WHERE started_at >= %s
+ORDER BY started_at OFFSET %s LIMIT 1
+"""
+# Deleted runs' retries keep their record, unlinked (``retry_of`` is SET_NULL, which
+# Django emulates; the foreign key is checked at commit, after this statement).
+_PRUNE_DELETE = """
+WITH gone AS (
+    DELETE FROM endpoints_run WHERE {where} AND status <> 'running' RETURNING id
+), unlinked AS (
+    UPDATE endpoints_run SET retry_of_id = NULL
+    WHERE retry_of_id IN (SELECT id FROM gone) AND id NOT IN (SELECT id FROM gone)
+)
+SELECT count(*) FROM gone
+"""
+_PRUNE_RANGE = _PRUNE_DELETE.format(
+    where="started_at >= %s AND started_at < %s AND endpoint_id <> ALL(%s::bigint[])"
+)
+_PRUNE_ONE_ENDPOINT = _PRUNE_DELETE.format(
+    where="endpoint_id = %s AND started_at < %s AND (started_at, id) < (%s, %s)"
+)
+
+
+def _prune_postgresql(cutoff: datetime, keep: int) -> int:
+    """Set-based retention: whole ranges of ``started_at`` (the ``endpoints_run_started``
+    index) minus the few endpoints whose latest runs are old, those one by one. Each
+    statement commits on its own (autocommit)."""
+    floors = fetch(_PRUNE_FLOORS, [keep - 1, cutoff])
+    special = [endpoint_id for endpoint_id, _at, _id in floors]
+    deleted = 0
+    first = Run.objects.order_by("started_at").values_list("started_at", flat=True).first()
+    lo = first
+    while lo is not None and lo < cutoff:
+        found = fetch(_PRUNE_WINDOW_END, [lo, PRUNE_BATCH_SIZE])
+        hi = min(found[0][0], cutoff) if found else cutoff
+        if hi <= lo:  # more than a batch started in the same microsecond
+            hi = min(lo + timedelta(microseconds=1), cutoff)
+        deleted += fetch(_PRUNE_RANGE, [lo, hi, special], prepare=False)[0][0]
+        lo = hi
+    for endpoint_id, floor_at, floor_id in floors:
+        if floor_at is not None:  # NULL: fewer runs than ``keep``, all kept
+            deleted += fetch(_PRUNE_ONE_ENDPOINT, [endpoint_id, cutoff, floor_at, floor_id])[0][0]
     return deleted
 
 
