@@ -17,6 +17,7 @@ than the retention; then:
 from __future__ import annotations
 
 import argparse
+import json
 import statistics
 import time
 from datetime import timedelta
@@ -91,9 +92,25 @@ def history_query_ms(endpoints: int) -> dict[str, float]:
         got = list(Run.objects.filter(endpoint_id=endpoint_id).order_by("-started_at")[:50])
         times.append(1000 * (time.perf_counter() - started))
         assert len(got) == 50, len(got)
+    server = []
+    with connection.cursor() as cursor:
+        for endpoint_id in ids[:20]:
+            cursor.execute(
+                "EXPLAIN (ANALYZE, FORMAT JSON) SELECT * FROM endpoints_run"
+                " WHERE endpoint_id = %s ORDER BY started_at DESC LIMIT 50",
+                [endpoint_id],
+            )
+            plan = cursor.fetchone()[0]
+            plan = json.loads(plan) if isinstance(plan, str) else plan
+            server.append(plan[0]["Execution Time"])
     reset_queries()
     connection.close()
-    return {"median_ms": round(statistics.median(times), 3), "max_ms": round(max(times), 3)}
+    return {
+        "orm_median_ms": round(statistics.median(times), 3),
+        "orm_max_ms": round(max(times), 3),
+        "server_median_ms": round(statistics.median(server), 3),
+        "server_max_ms": round(max(server), 3),
+    }
 
 
 def prune_with(which: str) -> dict[str, Any]:

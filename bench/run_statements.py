@@ -101,6 +101,7 @@ def main() -> None:
                 stage["now"] = "claim"
                 claims = claim_due_endpoints(now=timezone.now(), limit=args.n, horizon_ms=0)
                 assert len(claims) == args.n, len(claims)
+                python_before = time.process_time()
                 dispatcher = ClaimDispatcher(max_in_flight=200)
                 stage["now"] = "start, finish, reschedule"
                 futures = [dispatcher.submit(claim) for claim in claims]
@@ -108,6 +109,7 @@ def main() -> None:
                     future.result()
                 # The dispatcher's connections close at its shutdown: their CPU is read first.
                 backend_cpu = _backend_cpu(cpu_seconds) - backends_before
+                python_cpu = time.process_time() - python_before
                 dispatcher.shutdown(timeout=10)
                 stage["now"] = "setup"
                 connection.close()
@@ -148,6 +150,10 @@ def main() -> None:
             per = {k: round(v / n, 3) for k, v in r.items()}
             print(f"  {table}: per run {per}")
     print(f"index entries per run (from the predicates): {_index_entries(rows, n)}")
+    print(
+        f"this process's CPU per run (dispatcher, requests included): {1000 * python_cpu / n:.3f}"
+        " ms"
+    )
     print(
         f"PostgreSQL CPU per run (claim, start, finish, reschedule): {1000 * backend_cpu / n:.3f}"
         " ms"

@@ -14,6 +14,7 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
+from endpoints.engine.outcomes import PHASE_KEEP_FRACTION, PHASE_KEEP_MAX
 from endpoints.models import Endpoint, Heartbeat, Run, RunStatus, RunTrigger, Slot
 from tests.engine_processes import (
     celery_worker,
@@ -103,12 +104,19 @@ def test_three_tick_loops_and_two_workers_run_500_endpoints_exactly_once_per_slo
     for endpoint in endpoints:
         mine = runs[endpoint.pk]
         interval = timedelta(milliseconds=endpoint.baseline_interval_ms)
+        floor = timedelta(
+            milliseconds=max(endpoint.min_interval_ms or 0, endpoint.job.tenant.min_interval_ms)
+        )
         assert mine[0].scheduled_for == endpoint.next_run_at
         for earlier, later in itertools.pairwise(mine):
             assert earlier.finished_at <= later.started_at, "two runs in flight at once"
             # Start to start (from the end if slower than the interval): no slot skipped,
             # none added, whatever the load.
             planned = earlier.started_at + interval
+            late = earlier.started_at - earlier.scheduled_for
+            bound = min(PHASE_KEEP_MAX, interval * PHASE_KEEP_FRACTION)
+            if timedelta(0) < late <= bound and planned - late >= earlier.started_at + floor:
+                planned -= late  # a little late: the slot's phase kept (outcomes.keep_phase)
             if planned <= earlier.finished_at:
                 planned = earlier.finished_at + interval
             assert later.scheduled_for == planned

@@ -11,7 +11,7 @@ import logging
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from endpoints.engine import sql
@@ -19,11 +19,18 @@ from endpoints.engine.claiming import Claim
 from endpoints.engine.executor import HttpResult
 from endpoints.engine.logs import log_event, logger
 from endpoints.engine.sql import ClaimedEndpoint
-from endpoints.governor import HINT_FIELDS, EndpointSchedule, plan_next_run
+from endpoints.governor import (
+    BASELINE_INTERVAL,
+    HINT_FIELDS,
+    EndpointSchedule,
+    Plan,
+    plan_next_run,
+)
 from endpoints.models import (
     Endpoint,
     Run,
     RunStatus,
+    RunTrigger,
 )
 from endpoints.schedules import describe_duration
 
@@ -150,9 +157,10 @@ def next_state(outcome: Outcome, endpoint: ClaimedEndpoint) -> dict[str, Any]:
         failure_count=failure_count,
         **{k: v for k, v in hints.items() if k != "ai_hint_reason"},
     )
-    # Start-to-start cadence; a run slower than its interval plans from its end instead,
-    # or the endpoint would be due again the moment it finished (trap 3).
-    plan = plan_next_run(started, schedule)
+    # Start-to-start cadence, keeping the slot's phase when the start was a little late;
+    # a run slower than its interval plans from its end instead, or the endpoint would be
+    # due again the moment it finished (trap 3).
+    plan = keep_phase(plan_next_run(started, schedule), outcome.claim, started, schedule)
     if plan.next_run_at <= finished:
         plan = plan_next_run(finished, schedule)
     archived = endpoint.archived_at is not None  # archived in flight: no next run
@@ -163,6 +171,37 @@ def next_state(outcome: Outcome, endpoint: ClaimedEndpoint) -> dict[str, Any]:
         "failure_count": failure_count,
         **hints,
     }
+
+
+# A scheduled interval run that started at most this late (and at most this fraction of
+# its interval) plans its next run from its slot rather than from its start.
+PHASE_KEEP_MAX = timedelta(seconds=5)
+PHASE_KEEP_FRACTION = 0.1
+
+
+def keep_phase(plan: Plan, claim: Claim, started: datetime, schedule: EndpointSchedule) -> Plan:
+    """A baseline-interval plan moved back by the run's lateness, within bounds.
+
+    Planned from the late start, a cohort delayed together (a busy second, a cold start)
+    stays bunched for good: every cycle its slots fall due in the same second again, and
+    that second is late again (issue 23). Planned from the slot, each endpoint goes back
+    to its own phase. Bounded, so the cadence stays start-to-start in all but name: only
+    scheduled runs, only the baseline interval (hints, clamps, cron and pauses are
+    planned as before), at most ``PHASE_KEEP_MAX`` and ``PHASE_KEEP_FRACTION`` of the
+    interval, and never closer to the start than the minimum intervals allow. A run on
+    time (trap 2's case) or later than the bounds plans from its start, unchanged.
+    """
+    late = started - claim.scheduled_for
+    if claim.trigger != RunTrigger.SCHEDULED or plan.source != BASELINE_INTERVAL:
+        return plan
+    interval = plan.next_run_at - started
+    if not timedelta(0) < late <= min(PHASE_KEEP_MAX, interval * PHASE_KEEP_FRACTION):
+        return plan
+    kept = plan.next_run_at - late
+    floor = max(schedule.min_interval_ms or 0, schedule.tenant_min_interval_ms or 0)
+    if kept < started + timedelta(milliseconds=floor):
+        return plan
+    return Plan(kept, plan.source)
 
 
 def _hints_after_run(endpoint: ClaimedEndpoint, started: datetime) -> dict[str, Any]:

@@ -1,0 +1,122 @@
+"""Phases kept under load (issue 23): a scheduled interval run that started a little late
+plans its next run from its slot, so a cohort delayed together does not stay bunched;
+beyond the bounds, and for everything but the baseline interval, start to start as before.
+
+The clock is simulated (time-machine), the HTTP calls are real.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from endpoints.engine.claiming import claim_due_endpoints
+from endpoints.engine.running import execute_claim, record_outcomes, start_claims
+from endpoints.models import Run, RunTrigger, Slot, Source
+from endpoints.operations import apply_hint, run_now
+
+pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("loopback_allowed")]
+
+S = timedelta(seconds=1)
+MS = timedelta(milliseconds=1)
+START = datetime(2026, 11, 22, 12, 0, 0, 370_000, tzinfo=UTC)
+
+
+def run_late(clock, late: timedelta) -> list[Run]:
+    """Claim what is due at START and start it all ``late`` after its slots, together."""
+    claims = claim_due_endpoints(now=START, limit=100, horizon_ms=0)
+    clock.move_to(max(c.scheduled_for for c in claims) + late)
+    return [execute_claim(claim) for claim in claims]
+
+
+def test_a_run_a_little_late_plans_from_its_slot(make_endpoint, target, time_machine):
+    time_machine.move_to(START, tick=False)
+    endpoint = make_endpoint(url=target.url("/"), baseline_interval_ms=10_000, next_run_at=START)
+
+    [run] = run_late(time_machine, 300 * MS)
+
+    endpoint.refresh_from_db()
+    assert run.started_at == START + 300 * MS
+    assert endpoint.last_run_at == run.started_at  # the record stays the real start
+    assert (endpoint.next_run_at, endpoint.next_run_source) == (
+        START + 10 * S,
+        Source.BASELINE_INTERVAL,
+    )
+
+
+def test_a_run_on_time_or_later_than_the_bounds_plans_from_its_start(
+    make_endpoint, target, time_machine
+):
+    time_machine.move_to(START, tick=False)
+    # 10 s interval: at most a tenth (1 s) is taken back; 2 s late is past that.
+    endpoint = make_endpoint(url=target.url("/"), baseline_interval_ms=10_000, next_run_at=START)
+
+    [run] = run_late(time_machine, 2 * S)
+
+    endpoint.refresh_from_db()
+    assert endpoint.next_run_at == run.started_at + 10 * S
+
+
+def test_a_cohort_started_late_together_goes_back_to_its_own_phases(
+    make_endpoint, target, time_machine
+):
+    time_machine.move_to(START, tick=False)
+    phases = [k * 37 * MS for k in range(12)]  # spread over 0.4 s
+    endpoints = [
+        make_endpoint(url=target.url("/"), baseline_interval_ms=24_000, next_run_at=START - p)
+        for p in phases
+    ]
+    # A busy second: every one of them starts at the same instant, 0.5 s after START.
+    claims = claim_due_endpoints(now=START, limit=100, horizon_ms=0)
+    time_machine.move_to(START + 500 * MS)
+    started = [s for s in start_claims(claims) if s is not None]
+    assert len(started) == len(endpoints)
+    record_outcomes([s.outcome(s.call_and_wait()) for s in started])
+
+    nexts = {e.pk: e.next_run_at for e in (e.__class__.objects.get(pk=e.pk) for e in endpoints)}
+    for endpoint, phase in zip(endpoints, phases, strict=True):
+        assert nexts[endpoint.pk] == START - phase + 24 * S
+    assert len(set(nexts.values())) == len(endpoints)  # not one bunch
+
+
+def test_the_minimum_interval_is_never_undercut(make_endpoint, target, time_machine):
+    time_machine.move_to(START, tick=False)
+    endpoint = make_endpoint(
+        url=target.url("/"),
+        baseline_interval_ms=10_000,
+        min_interval_ms=10_000,
+        next_run_at=START,
+    )
+
+    [run] = run_late(time_machine, 300 * MS)
+
+    endpoint.refresh_from_db()
+    assert endpoint.next_run_at == run.started_at + 10 * S
+
+
+def test_hints_and_manual_runs_plan_from_their_start(make_endpoint, target, time_machine):
+    time_machine.move_to(START - 10 * S, tick=False)
+    hinted = make_endpoint(url=target.url("/"), baseline_interval_ms=60_000)
+    apply_hint(
+        hinted, now=START - 10 * S, interval_ms=10_000, ttl=timedelta(hours=1), reason="busy"
+    )
+    Slot.objects.filter(pk=hinted.pk).update(next_run_at=START)
+    time_machine.move_to(START, tick=False)
+
+    [run] = run_late(time_machine, 300 * MS)
+
+    hinted.refresh_from_db()
+    assert hinted.next_run_source == Source.AI_INTERVAL
+    assert hinted.next_run_at == run.started_at + 10 * S
+
+    manual = make_endpoint(url=target.url("/"), baseline_interval_ms=10_000)
+    time_machine.move_to(START + 20 * S, tick=False)
+    run_now(manual, now=START + 20 * S)
+    claims = claim_due_endpoints(now=START + 20 * S, limit=10, horizon_ms=0)
+    [claim] = [c for c in claims if c.endpoint_id == manual.pk]
+    time_machine.move_to(claim.scheduled_for + 300 * MS)
+    run = execute_claim(claim)
+    manual.refresh_from_db()
+    assert run.trigger == RunTrigger.MANUAL
+    assert manual.next_run_at == run.started_at + 10 * S
