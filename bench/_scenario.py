@@ -464,6 +464,37 @@ def window_figures(start: datetime, end: datetime) -> dict[str, Any]:
     }
 
 
+def per_second_figures(start: datetime, end: datetime, *, on_time_ms: float) -> dict[str, Any]:
+    """Lateness by the second the slots were due, from the fleet's start (cold start
+    included) to the window's end, and how long until it was on time: the first second
+    from which every second's p99 stays under ``on_time_ms``."""
+    from endpoints.models import Run
+
+    by_second: dict[int, list[float]] = {}
+    slots = Run.objects.filter(scheduled_for__gte=start, scheduled_for__lt=end)
+    for started, scheduled in slots.values_list("started_at", "scheduled_for").iterator():
+        second = int((scheduled - start).total_seconds())
+        by_second.setdefault(second, []).append((started - scheduled).total_seconds() * 1000)
+    seconds = []
+    for second in range(int((end - start).total_seconds())):
+        late = by_second.get(second, [])
+        seconds.append(
+            {
+                "second": second,
+                "due": len(late),
+                "mean_ms": round(sum(late) / len(late), 1) if late else None,
+                "p99_ms": round(percentile(late, 0.99), 1) if late else None,
+                "max_ms": round(max(late), 1) if late else None,
+            }
+        )
+    on_time_after = None
+    for index in range(len(seconds)):
+        if all((s["p99_ms"] or 0.0) < on_time_ms for s in seconds[index:]):
+            on_time_after = index
+            break
+    return {"seconds": seconds, "on_time_after_s": on_time_after}
+
+
 def fleet_state(now: datetime) -> dict[str, Any]:
     """What scheduler_status and the dashboard say of the fleet at the window's end."""
     from endpoints.health import fleet_behind
@@ -518,6 +549,7 @@ def run(params: Params) -> dict[str, Any]:
         result["load_during"] = load()
         _sleep_until(window_end + timedelta(seconds=2))  # let runs of the window finish
         result.update(window_figures(window_start, window_end))
+        result["per_second"] = per_second_figures(start, window_end, on_time_ms=100.0)
         result.update(alert_figures(window_start, window_end))
         if receiver:
             result.update(alert_delays(receiver.received, params.after_failures))

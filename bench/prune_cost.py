@@ -6,10 +6,11 @@ evenly over the last ``--days`` days (plain SQL, ``generate_series``), half of t
 than the retention; then:
 
 - reads one endpoint's last 50 runs (the admin's and the API's history query) 20 times;
-- prunes with the set-based PostgreSQL retention (``maintenance.prune_runs``) and with
-  the per-endpoint ORM loop it replaced, each on a fresh copy of the same history,
-  alternately, and reports rows/s and the CPU per row (this process and the PostgreSQL
-  server process), and what a day of history at ``--rate`` runs/s would cost.
+- prunes with the set-based PostgreSQL retention (``maintenance.prune_runs``) and, with
+  ``--orm``, with the per-endpoint ORM loop it replaced (≈ 3 000 rows/s: keep it to a
+  few 100 000 rows), each on a fresh copy of the same history, alternately; reports
+  rows/s and the CPU per row (this process and the PostgreSQL server process), and what
+  a day of history at ``--rate`` runs/s would cost.
 
     .venv/bin/python bench/prune_cost.py [--rows 2000000] [--endpoints 2000]
 """
@@ -157,6 +158,7 @@ def main() -> None:
     parser.add_argument("--endpoints", type=int, default=2_000)
     parser.add_argument("--rate", type=float, default=2000.0, help="runs/s for the day figure")
     parser.add_argument("--rounds", type=int, default=1, help="old/new alternations")
+    parser.add_argument("--orm", action="store_true", help="also the ORM loop (slow)")
     args = parser.parse_args()
     if not 10_000 <= args.rows <= 20_000_000:
         raise SystemExit("Keep --rows within 10 000..20 000 000 (the disk is shared).")
@@ -165,7 +167,8 @@ def main() -> None:
     setup_django(url)
     results, history = [], []
     for _round in range(args.rounds):
-        for which in ("set-based (PostgreSQL)", "per endpoint (ORM)"):
+        ways = ["set-based (PostgreSQL)"] + (["per endpoint (ORM)"] if args.orm else [])
+        for which in ways:
             fill(args.rows, args.endpoints, days=2 * RETENTION_DAYS)
             history.append(history_query_ms(args.endpoints))
             results.append(prune_with(which))
