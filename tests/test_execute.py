@@ -16,6 +16,7 @@ from endpoints.engine.running import execute_claim, record_outcomes, start_claim
 from endpoints.models import Endpoint, Run, RunStatus, RunTrigger, Slot, Source
 from endpoints.operations import apply_hint
 from tests.engine_processes import wait_until
+from tests.planning import planned_after
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("loopback_allowed")]
 
@@ -54,7 +55,7 @@ def test_a_successful_run_is_recorded_and_the_next_run_planned_from_its_start(
     assert run.duration_ms is not None and run.error == ""
     endpoint.refresh_from_db()
     assert endpoint.last_run_at == run.started_at
-    assert endpoint.next_run_at == run.started_at + 60 * S
+    assert endpoint.next_run_at == planned_after(run, 60 * S)
     assert endpoint.next_run_source == Source.BASELINE_INTERVAL
     assert (endpoint.claim_token, endpoint.locked_until, endpoint.failure_count) == (None, None, 0)
 
@@ -70,7 +71,7 @@ def test_a_failure_counts_before_planning_so_the_backoff_starts_with_it(make_end
     assert "503" in run.error
     endpoint.refresh_from_db()
     assert endpoint.failure_count == 1
-    assert endpoint.next_run_at == run.started_at + 20 * S
+    assert endpoint.next_run_at == planned_after(run, 20 * S)
 
 
 def test_a_success_after_failures_ends_the_backoff_at_once(make_endpoint, target):
@@ -78,7 +79,7 @@ def test_a_success_after_failures_ends_the_backoff_at_once(make_endpoint, target
     run = execute_claim(due_claim(endpoint))
     endpoint.refresh_from_db()
     assert endpoint.failure_count == 0
-    assert endpoint.next_run_at == run.started_at + 10 * S
+    assert endpoint.next_run_at == planned_after(run, 10 * S)
 
 
 def test_a_request_past_its_timeout_is_recorded_as_a_timeout_and_counts_as_a_failure(
@@ -118,7 +119,7 @@ def test_expired_hints_are_cleared_by_the_run(make_endpoint, target):
     assert endpoint.ai_hint_interval_ms is None
     assert endpoint.ai_hint_expires_at is None
     assert endpoint.ai_hint_reason == ""
-    assert endpoint.next_run_at == run.started_at + 60 * S
+    assert endpoint.next_run_at == planned_after(run, 60 * S)
 
 
 def test_a_consumed_one_shot_is_cleared_and_a_fresh_interval_hint_kept(make_endpoint, target):
@@ -290,7 +291,7 @@ def test_a_body_the_database_refuses_is_dropped_and_the_run_still_recorded(make_
         assert "could not be stored" in run.error
     endpoint.refresh_from_db()
     assert endpoint.claim_token is None
-    assert endpoint.next_run_at == run.started_at + 60 * S
+    assert endpoint.next_run_at == planned_after(run, 60 * S)
 
 
 def test_a_corrupt_schedule_is_recorded_on_the_run_and_retried_later_not_in_a_loop(

@@ -19,6 +19,7 @@ from endpoints.engine.outcomes import Outcome
 from endpoints.engine.running import Started, call_claim, record_outcomes
 from endpoints.models import Run, RunStatus, Slot, Source
 from endpoints.operations import apply_hint
+from tests.planning import planned_after
 
 S = timedelta(seconds=1)
 
@@ -52,7 +53,7 @@ def test_one_write_keeps_each_runs_own_outcome_and_each_conflict_apart(make_endp
     assert runs[lost.pk].status == RunStatus.LOST  # the sweep's verdict is kept
     for endpoint in (plain, hinted, taken, lost):
         endpoint.refresh_from_db()
-    assert plain.next_run_at == runs[plain.pk].started_at + 600 * S
+    assert plain.next_run_at == planned_after(runs[plain.pk], 600 * S)
     assert plain.claim_token is None
     assert hinted.next_run_source == Source.AI_INTERVAL  # planned again with the new hint
     assert hinted.next_run_at == runs[hinted.pk].started_at + 5 * S
