@@ -15,7 +15,8 @@ from mcp import Client
 
 from api.mcp_server import build_server
 from endpoints.models import Endpoint, Job, Tenant
-from notifications.alerts import notify_cycle, wait_for_senders
+from notifications.alerts import notify_cycle
+from notifications.delivery import wait_for_senders
 from notifications.models import AlertState, Channel, ChannelKind, Delivery, DeliveryStatus
 from tests.admin_world import build_world, operation_url
 from tests.alert_servers import notify_loop

@@ -20,7 +20,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from endpoints.models import Endpoint, Flip, Job, Tenant
-from notifications.alerts import backoff, wait_for_senders
+from notifications.delivery import backoff, wait_for_senders
 from notifications.models import AlertRule, Channel, ChannelKind, Delivery, DeliveryStatus
 from tests.alert_servers import SilentServer, notify_loop
 from tests.http_targets import Hit, TargetServer

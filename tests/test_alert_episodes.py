@@ -18,13 +18,8 @@ from django.db import connection, transaction
 
 from endpoints.models import Endpoint, Flip
 from endpoints.secrets import MASK
-from notifications.alerts import (
-    acknowledge,
-    consume_flips,
-    notify_cycle,
-    send_test_message,
-    wait_for_senders,
-)
+from notifications.alerts import acknowledge, consume_flips, notify_cycle
+from notifications.delivery import send_test_message, wait_for_senders
 from notifications.models import (
     Alert,
     AlertKind,

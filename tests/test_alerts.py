@@ -17,7 +17,8 @@ from typing import Any
 import pytest
 
 from endpoints.models import Endpoint
-from notifications.alerts import backoff, detect_changes, notify_cycle, send_test_message
+from notifications.alerts import detect_changes, notify_cycle
+from notifications.delivery import backoff, send_test_message
 from notifications.models import (
     Alert,
     AlertKind,

@@ -23,7 +23,8 @@ from api.schemas import (
     Message,
 )
 from endpoints.models import Tenant
-from notifications.alerts import acknowledge, send_test_message
+from notifications.alerts import acknowledge
+from notifications.delivery import send_test_message
 from notifications.models import AlertState, Channel, Delivery
 
 router = Router(tags=["alert channels"])

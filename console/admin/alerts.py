@@ -19,7 +19,7 @@ from django.utils.html import format_html
 from console.admin.filters import scope, user_tenant_ids
 from console.admin.jobs import RecordAdmin, TenantScopedAdmin
 from endpoints.models import Endpoint, Job, Tenant
-from notifications.alerts import send_test_message
+from notifications.delivery import send_test_message
 from notifications.forms import AlertRuleForm, ChannelForm
 from notifications.models import (
     Alert,

@@ -7,7 +7,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.utils import timezone
 
-from notifications.alerts import send_test_message
+from notifications.delivery import send_test_message
 from notifications.models import Channel, DeliveryStatus
 from notifications.transports import masked_target
 
