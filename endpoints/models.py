@@ -13,9 +13,10 @@ from typing import Any, Literal, get_args
 from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.db import models
-from django.db.models import F, Q
+from django.db.models import F, Q, Value
 
 from endpoints import governor, validation
+from endpoints.policies import PolicyError, policy_problems, resolve_policy
 from endpoints.validation import (
     MAX_RESPONSE_KB,
     MAX_TIMEOUT_MS,
@@ -76,6 +77,7 @@ class Source(models.TextChoices):
     CLAMPED_MIN = governor.CLAMPED_MIN
     CLAMPED_MAX = governor.CLAMPED_MAX
     PAUSED = governor.PAUSED
+    RETRY = governor.RETRY
     MANUAL = governor.MANUAL
 
 
@@ -92,6 +94,8 @@ class RunStatus(models.TextChoices):
     FAILURE = "failure"
     TIMEOUT = "timeout"
     LOST = "lost"
+    # Found later than its job's catch-up window: not called, the next slot planned.
+    SKIPPED = "skipped"
 
 
 FAILED_STATUSES = (RunStatus.FAILURE, RunStatus.TIMEOUT, RunStatus.LOST)
@@ -167,6 +171,13 @@ class Job(models.Model):
         help_text="Most runs of this job's endpoints in flight at once (1 = one at a time). "
         "Excess due endpoints wait; they are never skipped or doubled.",
     )
+    run_policy = models.JSONField(
+        default=dict,
+        db_default=Value({}, models.JSONField()),  # rows inserted by raw SQL get {} too
+        blank=True,
+        help_text="Defaults of this job's endpoints: success criteria, retries, backoff cap, "
+        "breaker, catch-up window, jitter (see endpoints.policies).",
+    )
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 
@@ -189,14 +200,17 @@ class Job(models.Model):
         _clean_fields_checked(self, exclude, problems)
 
     def clean(self) -> None:
+        errors: dict[str, list[str]] = {}
         limit = self.max_concurrent
         if isinstance(limit, int) and limit < 1:
-            raise ValidationError(
-                {
-                    "max_concurrent": "Allow at least 1 run at a time (1 = one at a time), "
-                    "or leave it empty for no limit."
-                }
-            )
+            errors["max_concurrent"] = [
+                "Allow at least 1 run at a time (1 = one at a time), "
+                "or leave it empty for no limit."
+            ]
+        if problems := policy_problems(self.run_policy):
+            errors["run_policy"] = problems
+        if errors:
+            raise ValidationError(errors)
 
 
 # What the admin's status filter and the API's ``?status=`` offer (``in_status``).
@@ -302,6 +316,14 @@ class Endpoint(models.Model):
     pause_reason = models.TextField(blank=True)
     last_run_at = models.DateTimeField(null=True, blank=True)
     failure_count = models.PositiveIntegerField(default=0)
+    # Overrides of the job's run policy, key by key (endpoints.policies).
+    run_policy = models.JSONField(
+        default=dict, db_default=Value({}, models.JSONField()), blank=True
+    )
+    # A retry within the slot is planned (run policy): the attempt it will be (0: none)
+    # and the slot's first run, which every attempt links to. Written by the engine only.
+    retry_attempt = models.PositiveSmallIntegerField(default=0, db_default=0, editable=False)
+    retry_of_run_id = models.BigIntegerField(null=True, blank=True, editable=False)
     archived_at = models.DateTimeField(null=True, blank=True)
     # When it runs next, why, and the claim lease live in its Slot (below), read and
     # written here through these properties.
@@ -444,6 +466,13 @@ class Endpoint(models.Model):
             )
         validation.check_schedule(self, add, floor=self.tenant_min_interval_ms)
         validation.check_bounds(self, add, floor=self.tenant_min_interval_ms)
+        for problem in policy_problems(self.run_policy):
+            add("run_policy", problem)
+        if not errors.get("run_policy") and self.job_id is not None:
+            try:
+                resolve_policy(self.job.run_policy, self.run_policy)
+            except PolicyError as exc:
+                add("run_policy", f"With the job's defaults: {exc}")
         hint = self._number("ai_hint_interval_ms")
         if hint is not None and hint < MIN_INTERVAL_MS:
             add("ai_hint_interval_ms", "A hinted interval must be at least 1 s (1000 ms).")
@@ -463,6 +492,13 @@ class Endpoint(models.Model):
     def _number(self, field: str) -> int | None:
         value = getattr(self, field)
         return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+    @property
+    def job_run_policy(self) -> dict[str, Any]:
+        """The job's run policy (the defaults under this endpoint's own)."""
+        if self.job_id is None and not Endpoint.job.is_cached(self):  # type: ignore[attr-defined]
+            return {}
+        return self.job.run_policy if self.job is not None else {}
 
     @property
     def tenant_min_interval_ms(self) -> int:
