@@ -84,7 +84,9 @@ class EndpointSchedule:
     failure_count: int = 0
     tenant_min_interval_ms: int | None = None
     # Run policy (``endpoints.policies``): the defaults keep the original's rules.
-    backoff_cap_ms: int | None = DEFAULT_POLICY.backoff_cap_ms  # the backed-off interval never exceeds max(it, cap)
+    backoff_cap_ms: int | None = (
+        DEFAULT_POLICY.backoff_cap_ms
+    )  # the backed-off interval never exceeds max(it, cap)
     jitter_offset_ms: int = 0  # added to every cron slot (start-to-start kept)
     retry_at: datetime | None = None  # a retry within the slot is wanted at this time
     retry_attempt: int = 0  # the attempt that retry would be (for the words)
@@ -174,9 +176,13 @@ def decide(now: datetime, schedule: EndpointSchedule) -> Decision:
     baseline = _baseline(now, schedule)
     steps.append(f"baseline: {_when(baseline.at, now)} ({baseline.source})")
     if schedule.jitter_offset_ms and schedule.baseline_cron:
-        steps.append(f"jitter: each cron slot + {schedule.jitter_offset_ms / 1000:g} s (run policy)")
+        steps.append(
+            f"jitter: each cron slot + {schedule.jitter_offset_ms / 1000:g} s (run policy)"
+        )
     if schedule.baseline_interval_ms and not schedule.baseline_cron and schedule.failure_count:
-        plain = schedule.baseline_interval_ms * 2 ** min(schedule.failure_count, MAX_BACKOFF_EXPONENT)
+        plain = schedule.baseline_interval_ms * 2 ** min(
+            schedule.failure_count, MAX_BACKOFF_EXPONENT
+        )
         if backed_off_ms(schedule) < plain:
             steps.append(
                 f"backoff capped at {format_interval(backed_off_ms(schedule))} (run policy)"

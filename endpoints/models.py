@@ -323,7 +323,7 @@ class Endpoint(models.Model):
     # A retry within the slot is planned (run policy): the attempt it will be (0: none)
     # and the slot's first run, which every attempt links to. Written by the engine only.
     retry_attempt = models.PositiveSmallIntegerField(default=0, db_default=0, editable=False)
-    retry_of_run_id = models.BigIntegerField(null=True, blank=True, editable=False)
+    retry_of_run = models.BigIntegerField(null=True, blank=True, editable=False)
     archived_at = models.DateTimeField(null=True, blank=True)
     # When it runs next, why, and the claim lease live in its Slot (below), read and
     # written here through these properties.

@@ -127,8 +127,10 @@ def policy_problems(value: Any) -> list[str]:
             continue
         if problem := _key_problem(key, item):
             problems.append(f"{key}: {problem}")
-    if not problems and value.get("body_json_equals") is not None and not value.get(
-        "body_json_path"
+    if (
+        not problems
+        and value.get("body_json_equals") is not None
+        and not value.get("body_json_path")
     ):
         problems.append("body_json_equals: give body_json_path too (where to find the value).")
     return problems
@@ -140,9 +142,11 @@ def _key_problem(key: str, item: Any) -> str:
             return ""
         low, high = _INT_KEYS[key]
         if not isinstance(item, int) or isinstance(item, bool):
-            return f"a whole number of {'attempts' if key.endswith('attempts') else 'ms'} " + (
-                "(or null), " if key in _NULLABLE else ""
-            ) + f"got {_kind(item)}."
+            return (
+                f"a whole number of {'attempts' if key.endswith('attempts') else 'ms'} "
+                + ("(or null), " if key in _NULLABLE else "")
+                + f"got {_kind(item)}."
+            )
         if not low <= item <= high:
             return f"must be between {low} and {high}; got {item}."
         return ""
@@ -154,7 +158,7 @@ def _key_problem(key: str, item: Any) -> str:
                 (isinstance(code, int) and 100 <= code <= 599)
                 or (isinstance(code, str) and _STATUS_CLASS.match(code))
             ):
-                return f"{code!r:.40} is neither a code 100-599 nor a class like \"2xx\"."
+                return f'{code!r:.40} is neither a code 100-599 nor a class like "2xx".'
         return ""
     if key in ("body_contains", "body_json_path"):
         if not isinstance(item, str) or len(item) > MAX_TEXT:

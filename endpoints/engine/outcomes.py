@@ -11,11 +11,11 @@ import logging
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
+from datetime import datetime, timedelta
+from typing import Any
 
 from django.db import transaction
 from django.db.models import Q
-from datetime import datetime, timedelta
-from typing import Any
 
 from endpoints.engine import sql
 from endpoints.engine.claiming import Claim
@@ -32,9 +32,8 @@ from endpoints.models import (
     RunTrigger,
     Slot,
 )
-from endpoints.policies import BREAKER_HOLD_MS
-from endpoints.policies import DEFAULT as DEFAULT_POLICY
 from endpoints.policies import (
+    BREAKER_HOLD_MS,
     NEEDS_PERSON,
     RETRYABLE,
     PolicyError,
@@ -42,6 +41,7 @@ from endpoints.policies import (
     resolve_policy,
     retry_after_ms,
 )
+from endpoints.policies import DEFAULT as DEFAULT_POLICY
 from endpoints.schedules import describe_duration, format_interval
 
 RESULT_STATUS = {
@@ -183,7 +183,7 @@ def next_state(outcome: Outcome, endpoint: ClaimedEndpoint) -> dict[str, Any]:
     attempt = endpoint.retry_attempt if endpoint.retry_attempt > 1 else 1
     if outcome.claim.trigger != RunTrigger.SCHEDULED:
         attempt = 1
-    retry: dict[str, Any] = {"retry_attempt": 0, "retry_of_run_id": None}
+    retry: dict[str, Any] = {"retry_attempt": 0, "retry_of_run": None}
     if result.status == "success":
         failure_count = 0
     elif result.status == "skipped":
@@ -213,7 +213,7 @@ def next_state(outcome: Outcome, endpoint: ClaimedEndpoint) -> dict[str, Any]:
             ),
         )
         if planned.source == RETRY:
-            first = endpoint.retry_of_run_id if attempt > 1 else outcome.run.pk
+            first = endpoint.retry_of_run if attempt > 1 else outcome.run.pk
             return {
                 "last_run_at": started,
                 "next_run_at": None if endpoint.archived_at is not None else planned.next_run_at,
@@ -221,7 +221,7 @@ def next_state(outcome: Outcome, endpoint: ClaimedEndpoint) -> dict[str, Any]:
                 "failure_count": endpoint.failure_count,
                 **hints,
                 "retry_attempt": attempt + 1,
-                "retry_of_run_id": first,
+                "retry_of_run": first,
             }
     # Start-to-start cadence; a run slower than its interval plans from its end instead,
     # or the endpoint would be due again the moment it finished (trap 3).
@@ -281,7 +281,10 @@ def open_breaker(outcome: Outcome, reason: str) -> None:
             next_run_at=until, next_run_source=PAUSED
         )
         HintHistory.objects.create(
-            endpoint_id=pk, kind=HintKind.PAUSE, paused_until=until, reason=text[:1000],
+            endpoint_id=pk,
+            kind=HintKind.PAUSE,
+            paused_until=until,
+            reason=text[:1000],
             created_at=now,
         )
     log_event(logging.WARNING, text, claim=outcome.claim, run_id=outcome.run.pk)

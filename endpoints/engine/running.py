@@ -31,26 +31,26 @@ from django.db.models import F, Value
 from django.db.models.functions import Concat
 from django.utils import timezone
 
+from endpoints import policies
 from endpoints.engine import metrics, sql
 from endpoints.engine.claiming import Claim, release_claims
 from endpoints.engine.executor import (
     HttpRequest,
     HttpResult,
     NetworkPolicy,
+    ResultStatus,
     perform_request,
     submit_request,
 )
 from endpoints.engine.logs import log_context, log_event
-from endpoints import policies
 from endpoints.engine.outcomes import (
     RESULT_STATUS,
     Outcome,
     after_reschedule,
-    run_policy_of,
-    log_rescheduled,
     next_state,
     reschedule,
     reschedule_after_conflict,
+    run_policy_of,
 )
 from endpoints.engine.sql import ClaimedEndpoint
 from endpoints.governor import EndpointSchedule, plan_next_run
@@ -124,8 +124,8 @@ class Started:
                 if verdict.success and result.status != "success":
                     result = replace(result, status="success", error="")
                 elif not verdict.success:
-                    status = "timeout" if result.status == "timeout" else "failure"
-                    result = replace(result, status=status, error=verdict.reason or result.error)
+                    failed: ResultStatus = "timeout" if result.status == "timeout" else "failure"
+                    result = replace(result, status=failed, error=verdict.reason or result.error)
             elif result.status != "success":
                 kind = policies.classify(result.status, result.status_code)
         return Outcome(
@@ -556,7 +556,7 @@ def _run_fields(endpoint: ClaimedEndpoint, claim: Claim, started: datetime) -> d
         # A retry within the slot (run policy) is the attempt the endpoint planned,
         # linked to the slot's first run; anything else starts a slot (attempt 1).
         "attempt": _attempt(endpoint, claim),
-        "retry_of_id": endpoint.retry_of_run_id if _attempt(endpoint, claim) > 1 else None,
+        "retry_of_id": endpoint.retry_of_run if _attempt(endpoint, claim) > 1 else None,
         "response_truncated": False,
         "error": "",
     }

@@ -73,7 +73,7 @@ class ClaimedEndpoint:
     run_policy: dict[str, Any]
     job_run_policy: dict[str, Any]
     retry_attempt: int
-    retry_of_run_id: int | None
+    retry_of_run: int | None
 
     def is_paused(self, now: datetime) -> bool:
         return self.paused_until is not None and self.paused_until > now
