@@ -361,3 +361,19 @@ def explain_plan(now: datetime, schedule: EndpointSchedule) -> str:
             detail += f", backed off x{factor} after {schedule.failure_count} failure(s)"
     reasons = "; ".join(decision.steps[1:])
     return f"{head}{detail}." + (f" Then: {reasons}." if reasons else "")
+
+
+def preview_runs(now: datetime, schedule: EndpointSchedule, count: int) -> list[Plan]:
+    """The next ``count`` run times as planned now, each run assumed to start on time and
+    succeed (no backoff); hints and a pause as they are. Cron slots follow the endpoint's
+    zone across DST (``next_cron_after``); a one-shot hint is used once."""
+    plans: list[Plan] = []
+    at, current = now, replace(schedule, failure_count=0, retry_at=None)
+    for _ in range(max(count, 0)):
+        plan = plan_next_run(at, current)
+        plans.append(plan)
+        if plan.source == AI_ONESHOT:
+            current = replace(current, ai_hint_next_run_at=None)
+        # The next one is planned from this run's start, as the engine does.
+        at = plan.next_run_at if plan.next_run_at > at else at + timedelta(milliseconds=1)
+    return plans

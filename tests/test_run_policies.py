@@ -220,9 +220,7 @@ def test_a_run_found_later_than_the_catchup_window_is_skipped_and_recorded(
     assert endpoint.next_run_at > timezone.now()  # the next 09:00
 
 
-def test_without_a_catchup_window_a_late_run_still_runs_once(
-    scheduler, job, make_endpoint, target
-):
+def test_without_a_catchup_window_a_late_run_still_runs_once(scheduler, job, make_endpoint, target):
     endpoint = make_endpoint(
         url=target.url("/report"),
         baseline_cron="0 9 * * *",

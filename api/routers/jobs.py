@@ -68,7 +68,7 @@ def get_job(principal: Principal, job_id: int) -> Job:
 def update_job(principal: Principal, job_id: int, payload: JobPatch) -> Job:
     """Change a job's name, description or concurrency limit (only the fields given)."""
     job = validated_job(principal, scoped_job(principal, job_id), payload.dict(exclude_unset=True))
-    job.save(update_fields=["name", "description", "max_concurrent", "updated_at"])
+    job.save(update_fields=["name", "description", "max_concurrent", "run_policy", "updated_at"])
     return job
 
 

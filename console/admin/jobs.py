@@ -224,7 +224,15 @@ class JobAdmin(TenantScopedAdmin):
     search_fields = ("name",)
     list_select_related = ("tenant",)
     actions = ("pause_jobs", "resume_jobs")
-    fields = ("tenant", "name", "description", "status", "max_concurrent", "endpoints_link")
+    fields = (
+        "tenant",
+        "name",
+        "description",
+        "status",
+        "max_concurrent",
+        "run_policy",
+        "endpoints_link",
+    )
     readonly_fields = ("endpoints_link",)
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Any]:
@@ -328,6 +336,8 @@ class EndpointAdmin(TenantScopedAdmin):
         ("Limits", {"fields": ("min_interval_ms", "max_interval_ms"),
                     "description": "Hints from the planner always stay inside these bounds."}),
         ("Planner description", {"fields": ("description",)}),
+        ("Run policy", {"fields": ("run_policy",),
+                        "description": "Success criteria, retries, breaker, catch-up, jitter."}),
     )  # fmt: skip
     state_fieldset = (
         "State",
