@@ -35,9 +35,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
+from zoneinfo import ZoneInfo
 
 from endpoints.policies import DEFAULT as DEFAULT_POLICY
-from endpoints.policies import jitter_offset_ms, resolve_policy
+from endpoints.policies import MAX_WINDOWS, Window, blackout_end, jitter_offset_ms, resolve_policy
 from endpoints.schedules import (
     describe_delta,
     describe_schedule,
@@ -54,6 +55,7 @@ AI_ONESHOT = "ai-oneshot"
 CLAMPED_MIN = "clamped-min"
 CLAMPED_MAX = "clamped-max"
 PAUSED = "paused"
+WINDOW = "window"  # moved out of a blackout window (run policy)
 RETRY = "retry"  # a retry within the slot (run policy), after a failed attempt
 MANUAL = "manual"  # not the governor's: a person asked for a run now
 
@@ -90,6 +92,7 @@ class EndpointSchedule:
     jitter_offset_ms: int = 0  # added to every cron slot (start-to-start kept)
     retry_at: datetime | None = None  # a retry within the slot is wanted at this time
     retry_attempt: int = 0  # the attempt that retry would be (for the words)
+    blackout: tuple[Window, ...] = ()  # local windows when it never runs
 
     @classmethod
     def from_endpoint(cls, endpoint: Any) -> EndpointSchedule:
@@ -144,7 +147,11 @@ def policy_fields(endpoint: Any) -> dict[str, Any]:
     own = getattr(endpoint, "run_policy", None)
     policy = resolve_policy(job_policy, own) if job_policy or own else DEFAULT_POLICY
     offset = jitter_offset_ms(endpoint.pk or 0, policy.jitter_ms) if policy.jitter_ms else 0
-    return {"backoff_cap_ms": policy.backoff_cap_ms, "jitter_offset_ms": offset}
+    return {
+        "backoff_cap_ms": policy.backoff_cap_ms,
+        "jitter_offset_ms": offset,
+        "blackout": policy.blackout,
+    }
 
 
 def plan_next_run(now: datetime, schedule: EndpointSchedule) -> Plan:
@@ -220,6 +227,8 @@ def decide(now: datetime, schedule: EndpointSchedule) -> Decision:
     at, source = _clamp(now, at, source, schedule, steps)
     if chosen.source == RETRY:
         source = RETRY  # clamps may delay a retry, which stays one
+    if schedule.blackout:
+        at, source = _out_of_blackout(at, source, schedule, steps)
     if schedule.paused_until is not None and schedule.paused_until > now:
         steps.append(f"paused until {_stamp(schedule.paused_until)}: pause wins")
         at, source = schedule.paused_until, PAUSED
@@ -301,6 +310,27 @@ def _clamp(
     return at, source
 
 
+def _out_of_blackout(
+    at: datetime, source: str, schedule: EndpointSchedule, steps: list[str]
+) -> tuple[datetime, str]:
+    """A run planned inside a blackout window moves to the window's end (windows that
+    touch are followed; bounded). Only later, so every minimum still holds; a pause
+    still wins after this."""
+    zone = ZoneInfo(schedule.timezone or "UTC")
+    for _ in range(2 * MAX_WINDOWS + 2):
+        found = blackout_end(at, zone, schedule.blackout)
+        if found is None:
+            return at, source
+        end, window = found
+        steps.append(
+            f"inside the blackout window {window.words()} ({schedule.timezone}): "
+            f"moved to its end, {_stamp(end)}"
+        )
+        # A retry moved by a window is still the retry of its slot.
+        at, source = end, (RETRY if source == RETRY else WINDOW)
+    return at, source
+
+
 def _ms(value: int) -> timedelta:
     return timedelta(milliseconds=value)
 
@@ -331,6 +361,7 @@ SOURCE_WORDS = {
     CLAMPED_MAX: "the maximum interval",
     PAUSED: "a pause",
     RETRY: "a retry within the slot",
+    WINDOW: "a blackout window's end",
     MANUAL: "a manual run request",
 }
 

@@ -78,6 +78,7 @@ class Source(models.TextChoices):
     CLAMPED_MAX = governor.CLAMPED_MAX
     PAUSED = governor.PAUSED
     RETRY = governor.RETRY
+    WINDOW = governor.WINDOW
     MANUAL = governor.MANUAL
 
 

@@ -24,6 +24,10 @@ Keys (all optional; ``DEFAULTS`` below, with the README saying why):
 - ``catchup_window_ms``: a scheduled run found later than this is skipped (recorded) and
   the next slot planned; empty = always run once, however late (the original's rule).
 - ``jitter_ms``: a deterministic per-endpoint offset of up to this many ms on cron slots.
+- ``blackout``: windows in the endpoint's time zone when it never runs, each
+  ``{"start": "02:00", "end": "04:00"}`` with optional ``"days": ["sat", "sun"]`` (the day
+  the window starts; one that ends before it starts runs over midnight). A run planned
+  inside one moves to its end.
 """
 
 from __future__ import annotations
@@ -31,7 +35,9 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass, fields, replace
+from datetime import UTC, datetime, time, timedelta
 from typing import Any
+from zoneinfo import ZoneInfo
 
 MIN_DELAY_MS = 1_000
 MAX_ATTEMPTS = 10
@@ -48,6 +54,29 @@ OTHER = "other"  # any other failure: not retried, counted as a failed slot
 NEEDS_PERSON_CODES = frozenset({401, 403, 404, 405, 410, 451})
 
 _STATUS_CLASS = re.compile(r"[1-5]xx\Z")
+
+
+DAYS = ("mon", "tue", "wed", "thu", "fri", "sat", "sun")
+MAX_WINDOWS = 20
+_CLOCK = re.compile(r"([01]\d|2[0-3]):([0-5]\d)\Z")
+
+
+@dataclass(frozen=True)
+class Window:
+    """A recurring window of local time: minutes after midnight, and the weekdays it
+    starts on (0 = Monday; empty = every day)."""
+
+    start: int
+    end: int
+    days: frozenset[int] = frozenset()
+
+    def words(self) -> str:
+        days = ",".join(DAYS[d] for d in sorted(self.days)) if self.days else "daily"
+        return f"{_hhmm(self.start)}-{_hhmm(self.end)} {days}"
+
+
+def _hhmm(minutes: int) -> str:
+    return f"{minutes // 60:02d}:{minutes % 60:02d}"
 
 
 @dataclass(frozen=True)
@@ -67,6 +96,7 @@ class RunPolicy:
     breaker_cooldown_ms: int | None = None
     catchup_window_ms: int | None = None
     jitter_ms: int = 0
+    blackout: tuple[Window, ...] = ()
 
     @property
     def checks_success(self) -> bool:
@@ -174,7 +204,67 @@ def _key_problem(key: str, item: Any) -> str:
         return "" if item in ("fixed", "exponential") else 'either "fixed" or "exponential".'
     if key == "breaker_needs_person":
         return "" if isinstance(item, bool) else "true or false."
+    if key == "blackout":
+        return _windows_problem(item)
     return ""
+
+
+def _windows_problem(item: Any) -> str:
+    example = '[{"start": "02:00", "end": "04:00", "days": ["sat", "sun"]}]'
+    if not isinstance(item, list) or len(item) > MAX_WINDOWS:
+        return f"a list of at most {MAX_WINDOWS} windows, e.g. {example}."
+    for number, window in enumerate(item, 1):
+        if not isinstance(window, dict) or not {"start", "end"} <= set(window) <= {
+            "start",
+            "end",
+            "days",
+        }:
+            return f"window {number}: give start and end (and optionally days), e.g. {example}."
+        for edge in ("start", "end"):
+            if not isinstance(window[edge], str) or not _CLOCK.match(window[edge]):
+                return f"window {number}: {edge} is a time of day as HH:MM (00:00-23:59)."
+        if window["start"] == window["end"]:
+            return f"window {number}: start and end are the same; give a window of some length."
+        days = window.get("days", [])
+        if not isinstance(days, list) or not all(day in DAYS for day in days):
+            return f"window {number}: days is a list of {', '.join(DAYS)}."
+    return ""
+
+
+def _window(raw: dict[str, Any]) -> Window:
+    def minutes(text: str) -> int:
+        hours, mins = text.split(":")
+        return int(hours) * 60 + int(mins)
+
+    days = frozenset(DAYS.index(day) for day in raw.get("days", []))
+    return Window(minutes(raw["start"]), minutes(raw["end"]), days)
+
+
+def blackout_end(
+    at: datetime, zone: ZoneInfo, windows: tuple[Window, ...]
+) -> tuple[datetime, Window] | None:
+    """If ``at`` falls inside one of ``windows`` (local time in ``zone``), that window's
+    end as an aware UTC time after ``at``, and the window; else None."""
+    local = at.astimezone(zone)
+    minute = local.hour * 60 + local.minute + (local.second + local.microsecond / 1e6) / 60
+    for window in windows:
+        # The window that started today, and one that started yesterday over midnight.
+        for back in (0, 1):
+            day = local.date() - timedelta(days=back)
+            if window.days and day.weekday() not in window.days:
+                continue
+            length = (window.end - window.start) % (24 * 60)
+            since = minute + back * 24 * 60 - window.start
+            if 0 <= since < length:
+                start_local = datetime.combine(day, time(), tzinfo=zone) + timedelta(
+                    minutes=window.start
+                )
+                naive_end = start_local.replace(tzinfo=None) + timedelta(minutes=length)
+                end = naive_end.replace(tzinfo=zone).astimezone(UTC)
+                if end <= at:  # a window's end inside a DST gap: the first valid instant
+                    end = at + timedelta(minutes=1)
+                return end, window
+    return None
 
 
 def parse_policy(value: Any) -> RunPolicy:
@@ -191,6 +281,8 @@ def resolve_policy(job_policy: Any, endpoint_policy: Any) -> RunPolicy:
         raise PolicyError(" ".join(problems))
     if "expected_status" in merged:
         merged["expected_status"] = tuple(merged["expected_status"])
+    if "blackout" in merged:
+        merged["blackout"] = tuple(_window(window) for window in merged["blackout"])
     return replace(DEFAULT, **merged)
 
 

@@ -7,6 +7,7 @@ import dataclasses
 from collections import Counter
 from datetime import UTC, datetime, timedelta
 from types import SimpleNamespace
+from zoneinfo import ZoneInfo
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -18,10 +19,16 @@ from endpoints.governor import (
     explain_plan,
     plan_next_run,
 )
-from endpoints.policies import jitter_offset_ms
+from endpoints.policies import Window, blackout_end, jitter_offset_ms
 from endpoints.schedules import next_cron_after
 
 DAY_MS = 86_400_000
+WINDOW_SETS = [
+    (),
+    (Window(2 * 60, 4 * 60),),  # 02:00-04:00 daily (inside the DST change hours)
+    (Window(22 * 60, 6 * 60, frozenset({5, 6})),),  # over midnight, weekends
+    (Window(0, 12 * 60), Window(12 * 60, 23 * 60 + 59)),  # windows that touch
+]
 moments = st.datetimes(
     min_value=datetime(2025, 1, 1), max_value=datetime(2028, 12, 31), timezones=st.just(UTC)
 )
@@ -55,6 +62,7 @@ def situations(draw: st.DrawFn) -> tuple[datetime, EndpointSchedule]:
         jitter_offset_ms=draw(st.integers(0, 3_600_000)),
         retry_at=around(),
         retry_attempt=draw(st.integers(1, 9)),
+        blackout=draw(st.sampled_from(WINDOW_SETS)),
     )
     return now, schedule
 
@@ -77,6 +85,38 @@ def test_never_in_the_past_never_before_a_pause_ends_never_below_the_minimums(
     low, high = schedule.min_interval_ms, schedule.max_interval_ms
     if low and (not high or low <= high):
         assert plan.next_run_at >= now + timedelta(milliseconds=low)
+
+
+@settings(max_examples=400, deadline=None)
+@given(situations())
+def test_never_inside_a_blackout_window_unless_a_pause_ends_there(
+    situation: tuple[datetime, EndpointSchedule],
+) -> None:
+    now, schedule = situation
+    plan = plan_next_run(now, schedule)
+    if plan.source == "paused":
+        return
+    zone = ZoneInfo(schedule.timezone)
+    assert blackout_end(plan.next_run_at, zone, schedule.blackout) is None
+
+
+def test_a_blackout_window_moves_the_run_to_its_end_and_explain_says_so() -> None:
+    now = datetime(2026, 11, 25, 0, 30, tzinfo=UTC)  # 01:30 in Berlin
+    nightly = EndpointSchedule(
+        baseline_cron="0 * * * *",
+        timezone="Europe/Berlin",
+        blackout=(Window(2 * 60, 4 * 60),),
+    )
+    plan = plan_next_run(now, nightly)
+    # The next slot, 02:00 Berlin, is inside: moved to 04:00 Berlin (03:00 UTC).
+    assert (plan.next_run_at, plan.source) == (datetime(2026, 11, 25, 3, 0, tzinfo=UTC), "window")
+    text = explain_plan(now, nightly)
+    assert "set by a blackout window's end" in text
+    assert "inside the blackout window 02:00-04:00 daily (Europe/Berlin)" in text
+    # Over a DST change (Berlin springs forward at 02:00 on 2026-03-29): still its end.
+    spring = datetime(2026, 3, 29, 0, 30, tzinfo=UTC)  # 01:30 CET; 02:00 is skipped
+    moved = plan_next_run(spring, nightly)
+    assert moved.next_run_at == datetime(2026, 3, 29, 2, 0, tzinfo=UTC)  # 04:00 CEST
 
 
 @settings(max_examples=200, deadline=None)
