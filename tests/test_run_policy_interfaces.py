@@ -4,6 +4,7 @@ serves the same operations), the admin's form and ``explain --next``."""
 from __future__ import annotations
 
 import io
+import itertools
 import json
 from collections.abc import Iterator
 from datetime import UTC, datetime
@@ -13,6 +14,7 @@ from typing import Any
 import httpx
 import pytest
 import yaml
+from django.core.exceptions import ValidationError
 from django.core.management import CommandError, call_command
 
 from api.operations import OPERATIONS
@@ -164,7 +166,34 @@ def test_the_api_sets_checks_and_previews_policies(http: httpx.Client, job: Job)
     times = [datetime.fromisoformat(run["utc"]).astimezone(UTC) for run in runs]
     offsets = {(t.minute, t.second) for t in times}
     assert len(offsets) == 1  # the same jitter every hour
-    assert all(b - a == times[1] - times[0] for a, b in zip(times, times[1:], strict=False))
+    assert all(b - a == times[1] - times[0] for a, b in itertools.pairwise(times))
     assert http.get(f"/endpoints/{created.json()['id']}/preview?count=0").status_code == 422
     # One operation, both a route and an MCP tool.
     assert "preview_runs" in {op.name for op in OPERATIONS}
+
+
+def test_explain_says_a_blackout_window_moved_the_run(job: Job, make_endpoint: Any) -> None:
+    job.run_policy = {"blackout": [{"start": "02:00", "end": "04:00"}]}
+    job.full_clean()
+    job.save()
+    endpoint = make_endpoint(baseline_cron="0 * * * *", timezone="Europe/Berlin")
+    out = io.StringIO()
+    call_command("explain", str(endpoint.pk), "--at", "2026-11-25T00:30:00Z", stdout=out)
+    assert "inside the blackout window 02:00-04:00 daily (Europe/Berlin)" in out.getvalue()
+    assert "set by a blackout window's end (window)" in out.getvalue()
+
+
+@pytest.mark.parametrize(
+    ("windows", "message"),
+    [
+        ([{"start": "2am", "end": "04:00"}], "start is a time of day as HH:MM"),
+        ([{"start": "02:00", "end": "02:00"}], "start and end are the same"),
+        ([{"start": "02:00", "end": "04:00", "days": ["funday"]}], "days is a list of mon"),
+        ({"start": "02:00"}, "a list of at most 20 windows"),
+    ],
+)
+def test_bad_blackout_windows_are_refused_in_words(job: Job, windows: Any, message: str) -> None:
+    job.run_policy = {"blackout": windows}
+    with pytest.raises(ValidationError) as caught:
+        job.full_clean()
+    assert message in str(caught.value.message_dict["run_policy"])
