@@ -80,6 +80,18 @@ def delete_job(principal: Principal, job_id: int) -> Message:
     return Message(detail=f"Job {job.name} deleted.")
 
 
+@operation(router, "post", "/jobs/{job_id}/run", name="run_job_now", response=Message, write=True)
+def run_job_now(principal: Principal, job_id: int) -> Message:
+    """Run every endpoint of the job now through the scheduler (paused ones and runs in
+    flight are left out, and named)."""
+    job = scoped_job(principal, job_id)
+    due, left_out = operations.run_job_now(job, now=timezone.now(), user=principal.user)
+    detail = f"{due} endpoint(s) of {job.name} due now."
+    if left_out:
+        detail += " Left out: " + " ".join(left_out)
+    return Message(detail=detail)
+
+
 @operation(router, "post", "/jobs/{job_id}/pause", name="pause_job", response=JobOut, write=True)
 def pause_job(principal: Principal, job_id: int) -> Job:
     """Pause a job: none of its endpoints is claimed until it is resumed."""
