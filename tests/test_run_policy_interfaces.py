@@ -197,3 +197,47 @@ def test_bad_blackout_windows_are_refused_in_words(job: Job, windows: Any, messa
     with pytest.raises(ValidationError) as caught:
         job.full_clean()
     assert message in str(caught.value.message_dict["run_policy"])
+
+
+def test_a_job_runs_now_and_a_tenant_pauses_and_resumes_from_the_commands(
+    tenant: Tenant, job: Job, make_endpoint: Any
+) -> None:
+    one, two = make_endpoint(), make_endpoint()
+    paused = make_endpoint()
+    call_command("pause", paused.ref, "--for", "1h", stdout=io.StringIO())
+    out, err = io.StringIO(), io.StringIO()
+    call_command("trigger", "--job", job.name, stdout=out, stderr=err)
+    assert "2 endpoint(s) of job ops due now." in out.getvalue()
+    assert "paused until" in err.getvalue()
+    for endpoint in (one, two):
+        endpoint.refresh_from_db()
+        assert endpoint.next_run_source == "manual"
+
+    other = Job.objects.create(tenant=tenant, name="reports")
+    out = io.StringIO()
+    call_command("pause", "--tenant", tenant.name, stdout=out)
+    assert "Acme: 2 job(s) paused" in out.getvalue()
+    assert set(Job.objects.values_list("status", flat=True)) == {"paused"}
+    with pytest.raises(CommandError, match="resume the job first"):
+        call_command("trigger", "--job", other.name, stdout=io.StringIO())
+    out = io.StringIO()
+    call_command("resume", "--tenant", str(tenant.pk), stdout=out)
+    assert "Acme: 2 job(s) resumed." in out.getvalue()
+    assert set(Job.objects.values_list("status", flat=True)) == {"active"}
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_api_runs_a_job_now_and_pauses_a_tenant(
+    http: httpx.Client, tenant: Tenant, job: Job, make_endpoint: Any
+) -> None:
+    endpoint = make_endpoint()
+    response = http.post(f"/jobs/{job.pk}/run")
+    assert response.status_code == 200, response.text
+    assert response.json()["detail"] == "1 endpoint(s) of ops due now."
+    endpoint.refresh_from_db()
+    assert endpoint.next_run_source == "manual"
+    assert http.post(f"/tenants/{tenant.pk}/pause").json()["detail"] == "Acme: 1 job(s) paused."
+    assert Job.objects.get(pk=job.pk).status == "paused"
+    assert http.post(f"/tenants/{tenant.pk}/resume").json()["detail"] == "Acme: 1 job(s) resumed."
+    stranger = Tenant.objects.create(name="Other")
+    assert http.post(f"/tenants/{stranger.pk}/pause").status_code == 404
