@@ -241,3 +241,17 @@ def test_the_api_runs_a_job_now_and_pauses_a_tenant(
     assert http.post(f"/tenants/{tenant.pk}/resume").json()["detail"] == "Acme: 1 job(s) resumed."
     stranger = Tenant.objects.create(name="Other")
     assert http.post(f"/tenants/{stranger.pk}/pause").status_code == 404
+
+
+def test_the_admin_endpoint_page_previews_the_next_runs(client: Any, make_endpoint: Any) -> None:
+    from django.contrib.auth import get_user_model
+
+    admin_user = get_user_model().objects.create_superuser("root", "root@example.com", "pw")
+    client.force_login(admin_user)
+    endpoint = make_endpoint(baseline_cron="30 9 * * *", timezone="America/New_York")
+    page = client.get(f"/admin/endpoints/endpoint/{endpoint.pk}/change/")
+    assert page.status_code == 200
+    text = page.content.decode()
+    assert "next runs" in text.lower()
+    assert text.count(" UTC &nbsp;(baseline-cron)") == 5
+    assert "EST" in text or "EDT" in text

@@ -32,6 +32,7 @@ from console.admin.display import (
     hint_badge,
     hint_summary,
     next_run_words,
+    next_runs,
     pretty_json,
     run_link,
     status_badge,
@@ -346,6 +347,7 @@ class EndpointAdmin(TenantScopedAdmin):
     actions = tuple(_list_action(name) for name in OPERATIONS)
     readonly_fields = (
         "next_run_explained",
+        "next_runs",
         "waiting",
         "active_hint",
         "pause_state",
@@ -369,6 +371,7 @@ class EndpointAdmin(TenantScopedAdmin):
         {
             "fields": (
                 "next_run_explained",
+                "next_runs",
                 "waiting",
                 "active_hint",
                 "pause_state",
@@ -459,6 +462,8 @@ class EndpointAdmin(TenantScopedAdmin):
         return format_html_join(" ", "{}", ((badge,) for badge in badges))
 
     # --- change page ----------------------------------------------------------------------
+
+    next_runs = next_runs  # the preview of the next runs, in the zone and UTC
 
     @admin.display(description="next run")
     def next_run_explained(self, obj: Endpoint) -> SafeString:
