@@ -23,6 +23,8 @@ from endpoints.models import (
     RunTrigger,
     Slot,
 )
+from notifications.alerts import detect_changes
+from notifications.models import AlertKind
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("loopback_allowed")]
 
@@ -132,6 +134,13 @@ def test_a_401_is_not_retried_and_trips_the_breaker_when_so_configured(
     pause = HintHistory.objects.get(endpoint=endpoint, kind=HintKind.PAUSE)
     assert pause.reason == endpoint.pause_reason
     assert Slot.objects.get(pk=endpoint.pk).next_run_at == endpoint.paused_until
+
+    # The existing pause alert says why, once.
+    now = timezone.now()
+    paused_alerts = [a for a in detect_changes(now=now) if a.kind == AlertKind.PAUSED]
+    assert len(paused_alerts) == 1
+    assert "Breaker: a failure a person must fix" in paused_alerts[0].detail
+    assert not [a for a in detect_changes(now=now) if a.kind == AlertKind.PAUSED]
 
 
 def test_the_breaker_opens_after_n_failed_slots_and_its_cooldown_probe_closes_it(
