@@ -37,7 +37,7 @@ class Command(BaseCommand):
         now = timezone.now()
         given = [name for name in ("endpoint", "job", "tenant") if options[name]]
         if len(given) != 1:
-            raise CommandError("Give one of ENDPOINT, --job JOB or --tenant TENANT.")
+            raise CommandError("Give either an ENDPOINT or --job JOB (or --tenant TENANT).")
         try:
             if options["tenant"]:
                 tenant = find_tenant(options["tenant"])
