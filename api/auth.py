@@ -7,6 +7,7 @@ tenants do not exist for a caller: lookups answer 404, never 403.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from datetime import timedelta
 from types import SimpleNamespace
@@ -30,6 +31,19 @@ M = TypeVar("M", bound=Model)
 # last_used_at is written at most this often per key: not a write on every request.
 LAST_USED_PRECISION = timedelta(minutes=1)
 
+# What the admin lets only superusers do (endpoints/admin.py: "Only superusers delete or
+# manage tenants"; TenantAdmin, the signing-secret action, every has_delete_permission).
+# A staff member's session has exactly the admin's rights through the API, so these
+# answer 403 to it; tests/test_api_sessions.py checks each against the admin itself.
+SUPERUSER_ONLY_OPERATIONS = frozenset(
+    {
+        "delete_endpoint",
+        "delete_job",
+        "delete_channel",
+        "rotate_signing_secret",
+    }
+)
+
 
 @dataclass(frozen=True)
 class Principal:
@@ -50,6 +64,18 @@ class Principal:
     def require_write(self) -> None:
         if not self.can_write:
             raise HttpError(403, "This API key is read-only; use a key with the write scope.")
+
+    def require_allowed(self, operation: str) -> None:
+        """A session has the admin's rights for its user, no more."""
+        if self.user is None or self.user.is_superuser:
+            return
+        if operation in SUPERUSER_ONLY_OPERATIONS:
+            raise HttpError(
+                403,
+                "Only a superuser may do this in the admin, so a staff member's session may "
+                "not do it through the API either; ask a superuser, or use an API key of the "
+                "tenant.",
+            )
 
 
 class NotFound(HttpError):
@@ -129,19 +155,42 @@ class AdminSessionAuth(SessionAuth):
 class KeyRateThrottle(AuthRateThrottle):
     """Requests per key (or per user) in the ``api`` cache: Redis when
     CRONICORN_API_CACHE_URL names one (a fleet of web processes shares the count), the
-    process's memory otherwise (one machine)."""
+    process's memory otherwise (one machine).
+
+    A counter per key and window, counted atomically: ``add`` (Redis SET NX with the
+    window's expiry) creates it, ``incr`` (Redis INCRBY) counts, and the count that INCR
+    returns decides. No read-modify-write, so concurrent requests can never all see the
+    same count and pass together (ninja's own throttle reads a history list, then writes
+    it back)."""
 
     scope = "api"
 
     def __init__(self) -> None:
         self.cache = caches["api"]
         super().__init__(settings.CRONICORN_API_RATE)
+        self.window_ends = 0.0
 
     def allow_request(self, request: HttpRequest) -> bool:
         # Read per request, so a settings change (or a test's override) applies at once.
         self.rate = settings.CRONICORN_API_RATE
         self.num_requests, self.duration = self.parse_rate(self.rate)
-        return super().allow_request(request)
+        key = self.get_cache_key(request)
+        if key is None or not self.num_requests or not self.duration:
+            return True
+        now = time.time()
+        window = int(now // self.duration)
+        self.window_ends = (window + 1) * self.duration
+        counter = f"{key}:{window}"
+        self.cache.add(counter, 0, timeout=self.duration + 1)
+        try:
+            count = self.cache.incr(counter)
+        except ValueError:  # expired between add and incr: this request starts it again
+            self.cache.add(counter, 1, timeout=self.duration + 1)
+            count = 1
+        return bool(count <= self.num_requests)
+
+    def wait(self) -> float | None:
+        return max(self.window_ends - time.time(), 1.0)
 
 
 def check_rate(principal: Principal) -> None:

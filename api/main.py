@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Callable
 from functools import wraps
 from typing import Any
@@ -24,6 +25,8 @@ from api.auth import (
 from api.errors import PROBLEM_TYPE, InvalidInput, problem_for
 from api.routers import channels, endpoints, health, history, jobs, runs, tenants
 from endpoints.operations import OperationRefused
+
+logger = logging.getLogger("cronicorn.api")
 
 UNAUTHORIZED = (
     "Send 'Authorization: Bearer <API key>' (create one in the admin or with "
@@ -84,6 +87,22 @@ def _handle(exc_class: type[Exception]) -> None:
 
     api.add_exception_handler(exc_class, handler)
 
+
+def unexpected_error(request: HttpRequest, exc: Any) -> HttpResponse:
+    """A bug: logged with its traceback, answered as a problem (never Django's HTML page,
+    never a traceback to the client, whatever DEBUG says)."""
+    logger.error("API error on %s %s", request.method, request.path, exc_info=exc)
+    body = {
+        "type": "about:blank",
+        "title": "Internal Server Error",
+        "status": 500,
+        "detail": "Something went wrong on our side; it has been logged. Retry later.",
+        "errors": {},
+    }
+    return HttpResponse(json.dumps(body), status=500, content_type=PROBLEM_TYPE)
+
+
+api.add_exception_handler(Exception, unexpected_error)
 
 for _exc in (
     HttpError,

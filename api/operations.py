@@ -88,6 +88,7 @@ def operation(
 def invoke(op: Operation, principal: Principal, arguments: dict[str, Any]) -> Any:
     if op.write:
         principal.require_write()
+    principal.require_allowed(op.name)
     return op.fn(principal, **arguments)
 
 

@@ -20,6 +20,11 @@ Page = dict[str, Any]
 
 DEFAULT_LIMIT = 100
 MAX_LIMIT = 500
+# The cursors this API gives out are short; anything longer was not made here.
+MAX_CURSOR_CHARS = 200
+# Ids are PostgreSQL bigints.
+MAX_ID = 2**63 - 1
+BAD_CURSOR = "The cursor is not one this API gave out; pass next_cursor unchanged."
 
 
 def keyset_page(
@@ -49,11 +54,29 @@ def _encode(value: Any, pk: int) -> str:
 
 
 def _decode(cursor: str, *, timestamp: bool) -> tuple[Any, int]:
+    """The cursor's (key, id), or a 400: a forged cursor (Infinity, NaN, deep nesting,
+    a huge number, a naive time) is refused here, never passed to the database."""
+    if len(cursor) > MAX_CURSOR_CHARS:
+        raise HttpError(400, BAD_CURSOR)
     try:
         raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
-        value, pk = json.loads(raw)
-        return (datetime.fromisoformat(value) if timestamp else int(value)), int(pk)
-    except (binascii.Error, ValueError, TypeError) as exc:
-        raise HttpError(
-            422, "The cursor is not one this API gave out; pass next_cursor unchanged."
-        ) from exc
+        value, pk = json.loads(raw, parse_constant=_refuse_constant)
+        if timestamp:
+            key: Any = datetime.fromisoformat(value)
+            if key.tzinfo is None:
+                raise ValueError("a cursor's time has an offset")
+        else:
+            key = _bounded_id(value)
+        return key, _bounded_id(pk)
+    except (binascii.Error, ValueError, TypeError, RecursionError, OverflowError) as exc:
+        raise HttpError(400, BAD_CURSOR) from exc
+
+
+def _refuse_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a number a cursor holds")
+
+
+def _bounded_id(value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_ID:
+        raise ValueError("a cursor's id is a whole number in the id range")
+    return value

@@ -344,6 +344,9 @@ class ChannelIn(Input):
         "never shown again."
     )
     enabled: bool = True
+    escalation_only: bool = Field(
+        False, description="Receives only escalations of alert rules, not every alert."
+    )
     tenant_id: int | None = Field(
         None, description="Needed only when the caller belongs to several tenants."
     )
@@ -354,6 +357,7 @@ class ChannelPatch(Input):
     kind: str | None = None
     target: str | None = Field(None, description="Replaces the stored target.")
     enabled: bool | None = None
+    escalation_only: bool | None = None
 
 
 class ChannelOut(Schema):
@@ -363,6 +367,7 @@ class ChannelOut(Schema):
     kind: str
     target: str = Field(description="Always masked: the target carries the channel's tokens.")
     enabled: bool
+    escalation_only: bool
     failing_since: datetime | None
     consecutive_failures: int
     created_at: datetime
@@ -378,3 +383,11 @@ class DeliveryOut(Schema):
     attempts: int
     last_error: str
     sent_at: datetime | None
+
+
+class AcknowledgementOut(Schema):
+    endpoint_id: int
+    failing: bool
+    failing_since: datetime | None = Field(description="When its failing alert was raised.")
+    acknowledged_at: datetime | None
+    acknowledged_by: str = Field(description="Who acknowledged: no reminder or escalation since.")

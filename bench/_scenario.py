@@ -67,6 +67,8 @@ class Params:
     # alert is a delivery of its own) and webhook channels that never answer.
     failing: int = 0
     dead_channels: int = 0
+    after_failures: int = 1  # the failing endpoints' rule
+    live_channel: bool = False  # a webhook channel to a receiver timing each alert
     database_suffix: str = ""
 
     def database_url(self) -> str:
@@ -212,9 +214,12 @@ def make_endpoints(params: Params, url: str) -> None:
     )
 
 
-def make_alerting(params: Params, refused_url: str, dead_url: str) -> None:
+def make_alerting(
+    params: Params, refused_url: str, dead_url: str, live_url: str | None = None
+) -> None:
     """``failing`` endpoints calling a refused port, each in its own job, and
-    ``dead_channels`` webhook channels of the same tenant on a port that never answers."""
+    ``dead_channels`` webhook channels of the same tenant on a port that never answers
+    (and one live channel to ``live_url`` when given)."""
     from django.utils import timezone
 
     from endpoints.models import Endpoint, Job, Tenant
@@ -224,7 +229,7 @@ def make_alerting(params: Params, refused_url: str, dead_url: str) -> None:
     later = timezone.now() + FAR_FUTURE
     for i in range(params.failing):
         job = Job.objects.create(tenant=tenant, name=f"failing-{i}")
-        AlertRule.objects.create(job=job, after_failures=1)
+        AlertRule.objects.create(job=job, after_failures=params.after_failures)
         Endpoint.objects.create(
             job=job, name="down", url=refused_url, baseline_interval_ms=params.interval_ms,
             min_interval_ms=params.interval_ms, max_interval_ms=params.interval_ms,
@@ -234,6 +239,69 @@ def make_alerting(params: Params, refused_url: str, dead_url: str) -> None:
         Channel.objects.create(
             tenant=tenant, name=f"dead-{i}", kind=ChannelKind.WEBHOOK, target=dead_url
         )
+    if live_url:
+        Channel.objects.create(
+            tenant=tenant, name="live", kind=ChannelKind.WEBHOOK, target=live_url
+        )
+
+
+class AlertReceiver:
+    """A webhook receiver on 127.0.0.1 keeping each POST's arrival time and JSON body."""
+
+    def __init__(self) -> None:
+        import threading
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+        received: list[tuple[float, dict[str, Any]]] = []
+        self.received = received
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                received.append((time.time(), json.loads(body or b"{}")))
+                self.send_response(200)
+                self.end_headers()
+
+            def log_message(self, format: str, *args: Any) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/alerts"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def alert_delays(received: list[tuple[float, dict[str, Any]]], after: int) -> dict[str, Any]:
+    """For each failing alert received, its delay after the run that made the streak reach
+    the rule's ``after`` failures (that run's end)."""
+    from endpoints.models import Endpoint, Run
+
+    first: dict[int, float] = {}
+    for arrived, payload in received:
+        for alert in payload.get("alerts", []):
+            if alert.get("event") == "failing":
+                first.setdefault(alert["endpoint_id"], arrived)
+    delays = []
+    for endpoint_id, arrived in first.items():
+        failures = Run.objects.filter(endpoint_id=endpoint_id).exclude(status="success")
+        nth = failures.order_by("started_at").values_list("finished_at", flat=True)[
+            after - 1 : after
+        ]
+        if nth and nth[0] is not None:
+            delays.append((arrived - nth[0].timestamp()) * 1000)
+    failing = Endpoint.objects.filter(job__name__startswith="failing-").count()
+    return {
+        "alerted": len(first),
+        "failing_endpoints": failing,
+        "alert_delay_ms": {
+            "p50": round(percentile(delays, 0.50), 1) if delays else None,
+            "p95": round(percentile(delays, 0.95), 1) if delays else None,
+            "max": round(max(delays), 1) if delays else None,
+        },
+    }
 
 
 def black_hole() -> socket.socket:
@@ -426,10 +494,12 @@ def run(params: Params) -> dict[str, Any]:
         result["raw_http"] = raw_http_ceiling(target, params.threads, params.ceiling_seconds)
         make_endpoints(params, target)
         hole = black_hole()
+        receiver = AlertReceiver() if params.live_channel else None
         make_alerting(
             params,
             f"http://127.0.0.1:{free_port()}/refused",
             f"http://127.0.0.1:{hole.getsockname()[1]}/hook",
+            receiver.url if receiver else None,
         )
         starter = start_celery if params.mode == "celery" else start_runscheduler
         pids = {"server": server.pid, **starter(params, procs)}
@@ -449,6 +519,9 @@ def run(params: Params) -> dict[str, Any]:
         _sleep_until(window_end + timedelta(seconds=2))  # let runs of the window finish
         result.update(window_figures(window_start, window_end))
         result.update(alert_figures(window_start, window_end))
+        if receiver:
+            result.update(alert_delays(receiver.received, params.after_failures))
+            receiver.close()
         hole.close()
         result["cpu"] = _cpu_report(cpu, result["runs_finished"], params.window)
         result["alive"] = {name: child.poll() is None for name, child in procs.children.items()}

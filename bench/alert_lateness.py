@@ -1,4 +1,5 @@
-"""Does a dead alert channel delay runs? Start lateness with and without one.
+"""Does a dead alert channel delay runs, or other channels' alerts? Start lateness and
+alert delay with and without dead channels.
 
 Each scenario: ``--n`` healthy endpoints at 1 s against the fast local server, plus
 ``--failing`` endpoints that fail on every run (a refused port), each in its own job
@@ -8,10 +9,18 @@ on a port that accepts connections and never answers, so every send waits for it
 deadline (``CRONICORN_NOTIFY_TIMEOUT_SECONDS``, 2 s here) and is retried every second.
 Alerts are sent by the notify loop of runscheduler and by the Celery notify worker.
 
+With ``--live`` (the default) both scenarios also have one webhook channel to a receiver
+in this process, and the failing endpoints' rule fires after ``--after`` failures: the
+alert delay is each failing alert's arrival at the receiver minus the end of the run that
+made its streak reach ``--after`` failures (the issue-24 question: does a dead channel of
+the tenant hold back the live one?).
+
 Reports lateness p50/p95/p99/max of every slot in the window, the ratio dead/quiet of
-p99, and the delivery attempts made in the window (so the dead channel was really hit).
+p99, the delivery attempts made in the window (so the dead channel was really hit) and
+the alert delay p50/p95/max with how many failing endpoints alerted.
 
     .venv/bin/python bench/alert_lateness.py [--n 200] [--failing 50] [--dead 3] [--window 30]
+        [--after 3] [--no-live]
 """
 
 from __future__ import annotations
@@ -46,6 +55,8 @@ def params_for(name: str, args: argparse.Namespace, *, dead: int) -> Params:
         window=args.window,
         failing=args.failing,
         dead_channels=dead,
+        after_failures=args.after,
+        live_channel=args.live,
         database_suffix=args.database_suffix,
         label=f"{name} {'dead' if dead else 'quiet'}",
         extra_env=env,
@@ -65,8 +76,16 @@ def row(result: dict[str, Any], quiet: dict[str, Any] | None) -> list[Any]:
         ratio,
         result["delivery_attempts_in_window"],
         result["failed_attempts_in_window"],
+        *delay_columns(result),
         result["load_during"],
     ]
+
+
+def delay_columns(result: dict[str, Any]) -> list[Any]:
+    if "alert_delay_ms" not in result:
+        return ["—", "—", "—"]
+    delay = result["alert_delay_ms"]
+    return [f"{result['alerted']}/{result['failing_endpoints']}", delay["p50"], delay["max"]]
 
 
 def main() -> None:
@@ -74,6 +93,13 @@ def main() -> None:
     parser.add_argument("--n", type=int, default=200)
     parser.add_argument("--failing", type=int, default=50)
     parser.add_argument("--dead", type=int, default=3, help="dead webhook channels")
+    parser.add_argument("--after", type=int, default=3, help="the failing rule's threshold")
+    parser.add_argument(
+        "--live",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="a live webhook channel timing each failing alert",
+    )
     parser.add_argument("--warmup", type=float, default=8.0)
     parser.add_argument("--window", type=float, default=30.0)
     parser.add_argument("--only", default=",".join(SCENARIOS))
@@ -107,6 +133,9 @@ def main() -> None:
             "p99 dead/quiet",
             "attempts",
             "failed",
+            "alerted",
+            "alert delay p50 ms",
+            "alert delay max ms",
             "load 1/5/15",
         ],
         rows,

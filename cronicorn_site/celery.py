@@ -9,7 +9,10 @@ from typing import Any
 from celery import Celery
 from celery.signals import setup_logging
 
+from cronicorn_site.startup import load_settings_or_exit
+
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "cronicorn_site.settings")
+load_settings_or_exit()
 
 
 @setup_logging.connect

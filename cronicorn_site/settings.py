@@ -78,7 +78,10 @@ def env_choice(name: str, default: str, choices: tuple[str, ...]) -> str:
     return value
 
 
-DEBUG = env_bool("DEBUG", True)
+# Off unless set: a process started without configuration is a production process
+# (tracebacks hidden, secure cookies, a secret key required). scripts/start and
+# scripts/test set what the local quick start and the tests need, explicitly.
+DEBUG = env_bool("DEBUG", False)
 
 
 def _secret_key() -> str:
@@ -241,9 +244,10 @@ CRONICORN_RUN_RETENTION_KEEP = env_int("CRONICORN_RUN_RETENTION_KEEP", 100, mini
 CRONICORN_MAX_IN_FLIGHT = env_int("CRONICORN_MAX_IN_FLIGHT", 200, minimum=1)
 CRONICORN_SHUTDOWN_TIMEOUT_SECONDS = env_int("CRONICORN_SHUTDOWN_TIMEOUT_SECONDS", 30, minimum=0)
 
-# HTTP executor. Private, loopback and link-local targets are refused unless allowed;
-# allowed by default only in DEBUG (the local quick start), so demos on localhost work.
-CRONICORN_ALLOW_PRIVATE_ADDRESSES = env_bool("CRONICORN_ALLOW_PRIVATE_ADDRESSES", DEBUG)
+# The outbound guard (endpoints, webhooks, Apprise channels). Private, loopback and
+# link-local targets are refused unless allowed: its own setting, never tied to DEBUG, so
+# turning on debugging never opens the internal network to tenants.
+CRONICORN_ALLOW_PRIVATE_ADDRESSES = env_bool("CRONICORN_ALLOW_PRIVATE_ADDRESSES", False)
 CRONICORN_SSRF_ALLOWLIST = env_list("CRONICORN_SSRF_ALLOWLIST", [])
 CRONICORN_MAX_REDIRECTS = env_int("CRONICORN_MAX_REDIRECTS", 5, minimum=0)
 CRONICORN_USER_AGENT = env_str("CRONICORN_USER_AGENT", "Cronicorn-Django/0.1 (+scheduler)")
@@ -285,6 +289,11 @@ CACHES = {
         else {"BACKEND": "django.core.cache.backends.locmem.LocMemCache", "LOCATION": "api"}
     ),
 }
+# MCP over HTTP: open GET /mcp event streams (the server sends nothing on them) per key
+# and per process, and how long one stays open.
+CRONICORN_MCP_MAX_STREAMS_PER_KEY = env_int("CRONICORN_MCP_MAX_STREAMS_PER_KEY", 2, minimum=0)
+CRONICORN_MCP_MAX_STREAMS = env_int("CRONICORN_MCP_MAX_STREAMS", 50, minimum=0)
+CRONICORN_MCP_STREAM_SECONDS = env_float("CRONICORN_MCP_STREAM_SECONDS", 300.0, minimum=1.0)
 # Alerts (notifications app): the notify cycle's period, how long a job's alerts wait for
 # others to share one digest, and each send's deadline, retries and backoff.
 CRONICORN_NOTIFY_SECONDS = env_float("CRONICORN_NOTIFY_SECONDS", 5.0, minimum=0.1)
@@ -295,6 +304,57 @@ CRONICORN_NOTIFY_RETRY_SECONDS = env_float("CRONICORN_NOTIFY_RETRY_SECONDS", 30.
 CRONICORN_NOTIFY_CHANNEL_FAILING_AFTER = env_int(
     "CRONICORN_NOTIFY_CHANNEL_FAILING_AFTER", 3, minimum=1
 )
+# Caps a tenant cannot exceed (docs/PRODUCTION.md, "Outbound guard and caps"): every alert
+# is sent once per channel and recipient, so these bound what one failing endpoint costs
+# the operator's SMTP server and reputation.
+CRONICORN_MAX_CHANNELS_PER_TENANT = env_int("CRONICORN_MAX_CHANNELS_PER_TENANT", 20, minimum=1)
+CRONICORN_MAX_RECIPIENTS_PER_CHANNEL = env_int(
+    "CRONICORN_MAX_RECIPIENTS_PER_CHANNEL", 10, minimum=1
+)
+# The Apprise services a channel may use: each talks HTTP(S) or SMTP, which the outbound
+# guard checks at connect time, and none reads files on this server. Others (fcm://,
+# vapid://, syslog://, dbus://, mqtt://, ...) read key files, fetch URLs named in
+# parameters, or use local or raw-socket transports: add them only for trusted tenants.
+CRONICORN_APPRISE_SCHEMES = env_list(
+    "CRONICORN_APPRISE_SCHEMES",
+    [
+        "json",
+        "jsons",
+        "xml",
+        "xmls",
+        "form",
+        "forms",
+        "slack",
+        "discord",
+        "workflow",
+        "workflows",
+        "tgram",
+        "ntfy",
+        "ntfys",
+        "pagerduty",
+        "opsgenie",
+        "gotify",
+        "gotifys",
+        "mmost",
+        "mmosts",
+        "rocket",
+        "rockets",
+        "zulip",
+        "gchat",
+        "matrix",
+        "matrixs",
+        "pover",
+        "pbul",
+        "signal",
+        "signals",
+        "ifttt",
+        "mailto",
+        "mailtos",
+    ],
+)
+# Sender threads per process: each channel sends in its own, so a hanging channel delays
+# no other; more channels than this hanging at once wait for a free thread.
+CRONICORN_NOTIFY_CONCURRENCY = env_int("CRONICORN_NOTIFY_CONCURRENCY", 16, minimum=1)
 # Email alerts go through Django's email backend: SMTP by default, any backend by path.
 EMAIL_BACKEND = env_str("EMAIL_BACKEND", "django.core.mail.backends.smtp.EmailBackend")
 EMAIL_HOST = env_str("EMAIL_HOST", "localhost")

@@ -15,9 +15,10 @@ from django import forms
 from django.core.exceptions import ValidationError
 
 from endpoints.governor import SCHEDULE_FIELDS
-from endpoints.models import Endpoint, HttpMethod, Job, Tenant
+from endpoints.models import Endpoint, HttpMethod, Job
 from endpoints.schedules import ScheduleError, format_interval, parse_interval
 from endpoints.secrets import MASK, mask_headers, redact_url, replace_url_password, url_password
+from endpoints.validation import quota_problem
 
 ENDPOINT_FIELDS = [
     "job",
@@ -86,16 +87,6 @@ def none_is_no_policy(value: Any) -> Any:
     """An empty or null run policy means the defaults ({}); anything else is checked by
     the model (``endpoints.policies.policy_problems``)."""
     return {} if value is None or value == "" else value
-
-
-def quota_problem(tenant: Tenant, *, live_after: int) -> str:
-    """Why ``tenant`` cannot have ``live_after`` live endpoints, or ""."""
-    if live_after <= tenant.max_endpoints:
-        return ""
-    return (
-        f"{tenant.name} would have {live_after} endpoints but max_endpoints is "
-        f"{tenant.max_endpoints}; archive one or ask an administrator to raise the quota."
-    )
 
 
 class EndpointForm(forms.ModelForm):
@@ -180,7 +171,11 @@ class EndpointForm(forms.ModelForm):
     def clean(self) -> dict[str, Any]:
         cleaned = super().clean() or {}
         job = cleaned.get("job")
-        if job is not None and self.instance.pk is None:
+        # A new endpoint, or one moved into another tenant's job, takes a place in that
+        # tenant's quota (save_endpoint checks again under a lock; this names the field).
+        # The instance still holds the stored job here: the form assigns after clean().
+        stored_tenant = self.instance.job.tenant_id if self.instance.job_id else None
+        if job is not None and (self.instance.pk is None or job.tenant_id != stored_tenant):
             self._check_quota(job)
         return cleaned
 

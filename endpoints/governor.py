@@ -40,6 +40,7 @@ from zoneinfo import ZoneInfo
 from endpoints.policies import DEFAULT as DEFAULT_POLICY
 from endpoints.policies import MAX_WINDOWS, Window, blackout_end, jitter_offset_ms, resolve_policy
 from endpoints.schedules import (
+    MAX_PLANNABLE_MS,
     describe_delta,
     describe_schedule,
     format_interval,
@@ -47,6 +48,7 @@ from endpoints.schedules import (
 )
 
 MAX_BACKOFF_EXPONENT = 5
+BOUNDED_FIELDS = ("baseline_interval_ms", "min_interval_ms", "max_interval_ms")
 
 BASELINE_CRON = "baseline-cron"
 BASELINE_INTERVAL = "baseline-interval"
@@ -179,9 +181,9 @@ def plan_after_edit(
 
 
 def decide(now: datetime, schedule: EndpointSchedule) -> Decision:
-    steps: list[str] = []
+    steps: list[str] = _out_of_bounds(schedule)
     baseline = _baseline(now, schedule)
-    steps.append(f"baseline: {_when(baseline.at, now)} ({baseline.source})")
+    steps.insert(0, f"baseline: {_when(baseline.at, now)} ({baseline.source})")
     if schedule.jitter_offset_ms and schedule.baseline_cron:
         steps.append(
             f"jitter: each cron slot + {schedule.jitter_offset_ms / 1000:g} s (run policy)"
@@ -200,7 +202,8 @@ def decide(now: datetime, schedule: EndpointSchedule) -> Decision:
     interval_hint = oneshot_hint = None
     if fresh:
         if schedule.ai_hint_interval_ms is not None:
-            interval_hint = Candidate(AI_INTERVAL, now + _ms(schedule.ai_hint_interval_ms))
+            hinted = _bounded(schedule.ai_hint_interval_ms)
+            interval_hint = Candidate(AI_INTERVAL, now + _ms(hinted))
             candidates.append(interval_hint)
         if schedule.ai_hint_next_run_at is not None:
             oneshot_hint = Candidate(AI_ONESHOT, schedule.ai_hint_next_run_at)
@@ -262,7 +265,7 @@ def _baseline(now: datetime, schedule: EndpointSchedule) -> Candidate:
 def backed_off_ms(schedule: EndpointSchedule) -> int:
     """The baseline interval after failures: doubled per failure up to x32, and never
     beyond the policy's cap (nor below the interval itself)."""
-    interval = schedule.baseline_interval_ms or 0
+    interval = _bounded(schedule.baseline_interval_ms or 0)
     factor = 2 ** min(max(schedule.failure_count, 0), MAX_BACKOFF_EXPONENT)
     cap = schedule.backoff_cap_ms
     if cap is not None and factor > 1:
@@ -293,19 +296,19 @@ def _choose(
 def _clamp(
     now: datetime, at: datetime, source: str, schedule: EndpointSchedule, steps: list[str]
 ) -> tuple[datetime, str]:
-    if schedule.min_interval_ms and at < now + _ms(schedule.min_interval_ms):
-        at, source = now + _ms(schedule.min_interval_ms), CLAMPED_MIN
+    if schedule.min_interval_ms and at < now + _ms(_bounded(schedule.min_interval_ms)):
+        at, source = now + _ms(_bounded(schedule.min_interval_ms)), CLAMPED_MIN
         steps.append(
             f"raised to the minimum interval ({format_interval(schedule.min_interval_ms)})"
         )
-    if schedule.max_interval_ms and at > now + _ms(schedule.max_interval_ms):
-        at, source = now + _ms(schedule.max_interval_ms), CLAMPED_MAX
+    if schedule.max_interval_ms and at > now + _ms(_bounded(schedule.max_interval_ms)):
+        at, source = now + _ms(_bounded(schedule.max_interval_ms)), CLAMPED_MAX
         steps.append(
             f"lowered to the maximum interval ({format_interval(schedule.max_interval_ms)})"
         )
     floor = schedule.tenant_min_interval_ms
-    if floor and at < now + _ms(floor):
-        at, source = now + _ms(floor), CLAMPED_MIN
+    if floor and at < now + _ms(_bounded(floor)):
+        at, source = now + _ms(_bounded(floor)), CLAMPED_MIN
         steps.append(f"raised to the tenant's minimum interval ({format_interval(floor)})")
     return at, source
 
@@ -332,7 +335,27 @@ def _out_of_blackout(
 
 
 def _ms(value: int) -> timedelta:
-    return timedelta(milliseconds=value)
+    # Bounded, so that no stored value can overflow a datetime (see MAX_PLANNABLE_MS).
+    limit = MAX_PLANNABLE_MS * 2**MAX_BACKOFF_EXPONENT
+    return timedelta(milliseconds=max(-limit, min(value, limit)))
+
+
+def _bounded(value: int) -> int:
+    return max(-MAX_PLANNABLE_MS, min(value, MAX_PLANNABLE_MS))
+
+
+def _out_of_bounds(schedule: EndpointSchedule) -> list[str]:
+    """Steps reporting stored values beyond MAX_PLANNABLE_MS (planned as the bound)."""
+    steps = []
+    for name in (*BOUNDED_FIELDS, "ai_hint_interval_ms", "tenant_min_interval_ms"):
+        value = getattr(schedule, name)
+        if value is not None and abs(value) > MAX_PLANNABLE_MS:
+            steps.append(
+                f"{name} holds {value} ms, beyond the longest allowed "
+                f"({format_interval(MAX_PLANNABLE_MS)}): planned as "
+                f"{format_interval(MAX_PLANNABLE_MS)}; correct the endpoint"
+            )
+    return steps
 
 
 def _when(at: datetime, now: datetime) -> str:

@@ -18,6 +18,7 @@ from django.db.models import F, Q, Value
 from endpoints import governor, validation
 from endpoints.policies import PolicyError, policy_problems, resolve_policy
 from endpoints.validation import (
+    MAX_INTERVAL_MS,
     MAX_RESPONSE_KB,
     MAX_TIMEOUT_MS,
     MIN_INTERVAL_MS,
@@ -151,12 +152,20 @@ class Tenant(models.Model):
     def clean_fields(self, exclude: Any = None) -> None:
         _clean_fields_checked(self, exclude, validation.check_text_values(self, exclude or ()))
 
+    def previous_secret(self, now: datetime) -> str:
+        """The replaced secret while its grace period lasts, else "": once the period
+        ends only one signature is sent, even before maintenance clears the field."""
+        until = self.hmac_previous_until
+        return self.hmac_secret_previous if until is not None and until > now else ""
+
     def clean(self) -> None:
         floor = self.min_interval_ms
         if isinstance(floor, int) and floor < MIN_INTERVAL_MS:
             raise ValidationError(
                 {"min_interval_ms": "The shortest interval allowed must be at least 1 s (1000 ms)."}
             )
+        if message := validation.longest_problem(floor):
+            raise ValidationError({"min_interval_ms": message})
 
 
 class Job(models.Model):
@@ -390,6 +399,19 @@ class Endpoint(models.Model):
                 | Q(ai_hint_interval_ms__gte=MIN_INTERVAL_MS),
                 name="endpoints_endpoint_hint_interval_at_least_1s",
             ),
+            *(
+                models.CheckConstraint(
+                    condition=Q(**{f"{field}__isnull": True})
+                    | Q(**{f"{field}__lte": MAX_INTERVAL_MS}),
+                    name=f"endpoints_endpoint_{field.removesuffix('_ms')}_at_most_a_year",
+                )
+                for field in (
+                    "baseline_interval_ms",
+                    "min_interval_ms",
+                    "max_interval_ms",
+                    "ai_hint_interval_ms",
+                )
+            ),
             models.CheckConstraint(
                 condition=Q(ai_hint_expires_at__isnull=False)
                 | (Q(ai_hint_interval_ms__isnull=True) & Q(ai_hint_next_run_at__isnull=True)),
@@ -477,6 +499,8 @@ class Endpoint(models.Model):
         hint = self._number("ai_hint_interval_ms")
         if hint is not None and hint < MIN_INTERVAL_MS:
             add("ai_hint_interval_ms", "A hinted interval must be at least 1 s (1000 ms).")
+        if message := validation.longest_problem(hint):
+            add("ai_hint_interval_ms", message)
         if (
             self.ai_hint_interval_ms is not None or self.ai_hint_next_run_at
         ) and not self.ai_hint_expires_at:
@@ -790,3 +814,32 @@ class Heartbeat(models.Model):
         updated = cls.objects.filter(name=name).update(at=now, info=info)
         if not updated:
             cls.objects.update_or_create(name=name, defaults={"at": now, "info": info})
+
+
+class Flip(models.Model):
+    """A failure streak a run ended: the outbox the notify cycle reads.
+
+    Written by the engine in the very statement that records the run's reschedule (so in
+    its transaction, and only when it wins), only for a success after one or more
+    failures: the common run writes nothing, a recovery one small row. ``failures`` is the
+    streak's length, so the notify cycle, which samples ``failure_count`` for streaks still
+    going, still sees a streak that began and ended between two of its samples (three
+    failures in 2 s, a cycle every 5 s) and alerts "failing, then recovered".
+
+    Why the engine writes a row rather than notifications deriving flips from Runs: a Run
+    is inserted when it starts and finished later, out of id order and committed at any
+    moment, so no cursor over runs is sure to see each finish once; and the engine must not
+    know about alert rules (a rule's threshold lives in notifications), hence a fact any
+    rule can be checked against: "a streak of N ended at T". Rows live until a notify
+    cycle consumes them (deleted in the transaction that raises their alerts).
+    """
+
+    endpoint = models.ForeignKey(Endpoint, on_delete=models.CASCADE, related_name="+")
+    failures = models.PositiveIntegerField(help_text="How many failed runs the streak had.")
+    at = models.DateTimeField(help_text="When the run that ended the streak started.")
+
+    class Meta:
+        ordering = ["pk"]
+
+    def __str__(self) -> str:
+        return f"{self.failures} failures of {self.endpoint_id} ended at {self.at:%H:%M:%S}"

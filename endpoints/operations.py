@@ -15,10 +15,12 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings
+from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
+from endpoints import validation
 from endpoints.engine import metrics
 from endpoints.engine.executor import perform_request
 from endpoints.engine.logs import log_event
@@ -40,7 +42,7 @@ from endpoints.models import (
 )
 from endpoints.schedules import describe_delta
 from endpoints.secrets import strip_userinfo
-from endpoints.validation import reason_problem
+from endpoints.validation import quota_problem, reason_problem
 
 
 class OperationRefused(Exception):
@@ -60,13 +62,36 @@ def save_endpoint(
     """Save an endpoint its form validated (the admin, the API): a new one whole
     (``changed`` None), an existing one only in the fields the person changed, since
     the scheduler writes the state fields meanwhile. A new endpoint, or one whose
-    schedule changed, is planned as an edit (``replan_after_edit``)."""
-    if changed is None:
-        endpoint.save()
-    elif changed:
-        endpoint.save(update_fields=[*changed, "updated_at"])
+    schedule changed, is planned as an edit (``replan_after_edit``).
+
+    A new endpoint, or one moved into another tenant's job, counts against that tenant's
+    quota: checked under a lock on the tenant's row, so concurrent saves (any number of
+    web processes) are counted one after another and never pass the quota together."""
+    with transaction.atomic():
+        if changed is None or "job" in changed:
+            _reserve_quota(endpoint)
+        if changed is None:
+            endpoint.save()
+        elif changed:
+            endpoint.save(update_fields=[*changed, "updated_at"])
     if changed is None or schedule_changed:
         replan_after_edit(endpoint, now=now)
+
+
+def _reserve_quota(endpoint: Endpoint) -> None:
+    """Raise ValidationError (on ``job``) unless the endpoint's tenant has room for it.
+    Called inside the saving transaction; the row lock is held until it commits."""
+    if endpoint.archived_at is not None:
+        return
+    tenant_id = Job.objects.values_list("tenant_id", flat=True).get(pk=endpoint.job_id)
+    if endpoint.pk is not None:
+        stored = Endpoint.objects.filter(pk=endpoint.pk).values_list("job__tenant_id", flat=True)
+        if stored.first() == tenant_id:
+            return  # a move within the tenant changes nothing
+    tenant = Tenant.objects.select_for_update().only("name", "max_endpoints").get(pk=tenant_id)
+    used = Endpoint.objects.live().filter(job__tenant_id=tenant_id).count()
+    if problem := quota_problem(tenant, live_after=used + 1):
+        raise ValidationError({"job": problem})
 
 
 def replan_after_edit(endpoint: Endpoint, *, now: datetime) -> Plan:
@@ -176,7 +201,9 @@ def test_endpoint(endpoint: Endpoint, *, now: datetime | None = None) -> Run:
         request_url=strip_userinfo(endpoint.url),
     )
     tenant = endpoint.job.tenant
-    result = perform_request(request_for(endpoint, tenant.hmac_secret, tenant.hmac_secret_previous))
+    result = perform_request(
+        request_for(endpoint, tenant.hmac_secret, tenant.previous_secret(timezone.now()))
+    )
     finished = started + timedelta(milliseconds=max(int(result.duration_ms), 0))
     Run.objects.filter(pk=run.pk).update(
         status=RESULT_STATUS.get(result.status, RunStatus.FAILURE),
@@ -216,6 +243,8 @@ def pause_endpoint(
             f"Cannot pause until {until.isoformat()}: that is not in the future. "
             "Pick a later time, or resume instead."
         )
+    if problem := validation.pause_problem(until, now):
+        raise OperationRefused(problem)
     _refuse_archived(endpoint, "be paused")
     Endpoint.objects.filter(pk=endpoint.pk).update(paused_until=until, pause_reason=reason)
     endpoint.paused_until, endpoint.pause_reason = until, reason
@@ -258,6 +287,8 @@ def apply_hint(
     run on, a tighter one or an earlier one-shot takes effect at once.
     """
     _validate_hint(interval_ms, next_run_at, ttl)
+    if problem := validation.hint_problem(interval_ms, next_run_at, ttl, now):
+        raise OperationRefused(problem)
     _refuse_bad_reason(reason)
     _refuse_archived(endpoint, "take hints")
     values: dict[str, Any] = {"ai_hint_expires_at": now + ttl, "ai_hint_reason": reason}

@@ -28,6 +28,13 @@ SHORTHANDS = {
 UNIT_MS = {"d": 86_400_000, "h": 3_600_000, "m": 60_000, "s": 1_000, "ms": 1}
 _PART = re.compile(r"(\d+)([a-zA-Z]*)")
 
+# The longest duration anything is planned with: every interval, bound, hint TTL and
+# pause the validation path accepts is at most this (a year is plenty for a scheduler).
+# A stored value beyond it (written before the bound existed, or by raw SQL) is planned
+# as this and reported in the decision's steps: never an OverflowError, never a wedged
+# endpoint.
+MAX_PLANNABLE_MS = 365 * 24 * 60 * 60 * 1000
+
 
 class ScheduleError(ValueError):
     """A schedule a person wrote that cannot be used; the message says how to fix it."""

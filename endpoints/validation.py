@@ -29,6 +29,7 @@ import json
 import math
 import re
 from collections.abc import Callable, Iterable
+from datetime import datetime, timedelta
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -37,6 +38,7 @@ from django.conf import settings
 from django.core.exceptions import ValidationError
 
 from endpoints.schedules import (
+    MAX_PLANNABLE_MS,
     ScheduleError,
     format_interval,
     normalize_cron,
@@ -59,6 +61,10 @@ WHOLE_NUMBER_FIELDS = (
     "min_interval_ms",
     "max_interval_ms",
 )
+# The longest any stored or computed duration may be: what the governor can plan.
+MAX_DURATION_MS = MAX_PLANNABLE_MS
+# Upper bounds of the whole-number fields that have none in the model's own checks.
+DURATION_FIELDS = ("baseline_interval_ms", "min_interval_ms", "max_interval_ms")
 LINE_FIELDS = ("name", "url", "method", "baseline_cron", "timezone")
 # The executor owns message framing; a copy given by a person would contradict what is
 # sent, so it is refused here rather than dropped silently at send time.
@@ -67,6 +73,8 @@ FRAMING_HEADERS = frozenset({"host", "content-length", "transfer-encoding", "con
 Problems = dict[str, list[str]]
 
 MIN_INTERVAL_MS = 1_000
+# Every interval and bound is at most a year: what the governor can plan.
+MAX_INTERVAL_MS = MAX_PLANNABLE_MS
 MIN_TIMEOUT_MS = 1_000
 MAX_TIMEOUT_MS = 30 * 60 * 1_000
 MAX_RESPONSE_KB = 10_000
@@ -86,7 +94,11 @@ def check_endpoint_values(endpoint: Any, exclude: Iterable[str] = ()) -> Problem
     for field in WHOLE_NUMBER_FIELDS:
         if field in problems or field in skip:
             continue
-        if message := whole_number_problem(getattr(endpoint, field)):
+        value = getattr(endpoint, field)
+        message = whole_number_problem(value)
+        if not message and field in DURATION_FIELDS:
+            message = longest_problem(value)
+        if message:
             add(field, message)
     for field in LINE_FIELDS:
         if field in problems or field in skip:
@@ -158,6 +170,65 @@ def whole_number_problem(value: Any) -> str:
     if isinstance(value, str) and re.fullmatch(r"\s*[+-]?\d{1,18}\s*", value):
         return ""  # Django reads "5000" as 5000, as a form or a file would send it
     return f"Enter a whole number of milliseconds (e.g. 30000); got {_kind(value)}."
+
+
+def longest_problem(value: Any, *, maximum: int = MAX_DURATION_MS) -> str:
+    """A whole number of ms above ``maximum`` (a year): the governor could not plan it."""
+    try:
+        number = int(value) if isinstance(value, int | str) and value != "" else None
+    except ValueError:
+        return ""
+    if number is not None and number > maximum:
+        return (
+            f"At most {maximum} ms ({maximum // 86_400_000} days) is allowed; got {number}. "
+            "Use a shorter duration."
+        )
+    return ""
+
+
+def duration_from_ms(value: Any, *, field: str, minimum: int = 1) -> timedelta:
+    """``value`` ms as a timedelta, for an operation's duration argument (a pause, a
+    hint's time to live, ...): a whole number from ``minimum`` to a year, else a
+    ValidationError naming ``field``. Never an OverflowError, whatever the caller sent."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ValidationError(
+            {field: [f"Enter a whole number of milliseconds; got {_kind(value)}."]}
+        )
+    if isinstance(value, float) and not (math.isfinite(value) and value.is_integer()):
+        raise ValidationError({field: [f"Enter a whole number of milliseconds; got {value!r}."]})
+    number = int(value)
+    if number < minimum:
+        raise ValidationError({field: [f"Must be at least {minimum} ms; got {number}."]})
+    if message := longest_problem(number):
+        raise ValidationError({field: [message]})
+    return timedelta(milliseconds=number)
+
+
+def hint_problem(
+    interval_ms: Any, next_run_at: datetime | None, ttl: timedelta, now: datetime
+) -> str:
+    """What is wrong with a hint (any interface: REST, MCP, admin, CLI, planner), or ""."""
+    if interval_ms is not None:
+        if isinstance(interval_ms, bool) or not isinstance(interval_ms, int):
+            return f"A hinted interval is a whole number of ms; got {_kind(interval_ms)}."
+        if message := longest_problem(interval_ms):
+            return f"interval_ms: {message}"
+    if ttl > timedelta(milliseconds=MAX_DURATION_MS):
+        return f"A hint holds at most a year ({MAX_DURATION_MS} ms); got {ttl}."
+    if next_run_at is not None and next_run_at - now > timedelta(milliseconds=MAX_DURATION_MS):
+        return "A one-shot run may be at most a year ahead; pick an earlier time."
+    return ""
+
+
+def pause_problem(until: datetime, now: datetime) -> str:
+    """A pause longer than a year (archive the endpoint instead), or ""."""
+    if until - now > timedelta(milliseconds=MAX_DURATION_MS):
+        latest = now + timedelta(milliseconds=MAX_DURATION_MS)
+        return (
+            f"A pause lasts at most a year (until {latest:%Y-%m-%d}); pause for less, or "
+            "archive the endpoint."
+        )
+    return ""
 
 
 def line_problem(value: Any) -> str:
@@ -462,3 +533,13 @@ def check_bounds(endpoint: Any, add: Callable[[str, str], None], *, floor: int) 
             f"The maximum interval ({format_interval(high)}) is below this tenant's "
             f"shortest interval ({format_interval(floor)}); raise it or leave it empty.",
         )
+
+
+def quota_problem(tenant: Any, *, live_after: int) -> str:
+    """Why ``tenant`` cannot have ``live_after`` live endpoints, or ""."""
+    if live_after <= tenant.max_endpoints:
+        return ""
+    return (
+        f"{tenant.name} would have {live_after} endpoints but max_endpoints is "
+        f"{tenant.max_endpoints}; archive one or ask an administrator to raise the quota."
+    )

@@ -5,35 +5,47 @@ It runs apart from the runs (the Celery task ``cronicorn.notify_cycle`` on the
 delays a run. Each step is safe to run in several processes at once: every state
 change is a conditional update whose row count says who won.
 
-1. ``detect_changes`` compares each endpoint that could have changed (failing, paused,
-   or with an open alert: partial indexes, so the cost follows those, not the fleet)
-   with its ``AlertState`` and records an ``Alert`` per change: failing after N
-   failures, recovered, paused, stale. One per state change, never one per run.
+1. ``detect_changes`` first reads the engine's outbox (``endpoints.Flip``: each failure
+   streak a run ended, with its length), so a streak that began and ended between two
+   cycles is told ("is failing, then recovered"); then it compares each endpoint that
+   could have changed (failing, paused, or with an open alert: partial indexes, so the
+   cost follows those, not the fleet) with its ``AlertState`` and records an ``Alert``
+   per change: failing after N failures, recovered, paused, stale. One per state
+   change, never one per run.
+1b. ``remind_and_escalate``: reminders while failing and not acknowledged (per rule, off
+   by default) and one escalation to the rule's channel; ``acknowledge`` stops both.
 2. ``queue_deliveries`` turns a job's alerts into one message per channel once the job
    has been quiet for ``CRONICORN_ALERT_DIGEST_SECONDS``: one alert alone, several as a
    digest, so a shared dependency going down sends one message, not fifty.
-3. ``deliver_due`` sends what is due; a failed attempt is recorded and retried with
-   exponential backoff up to ``CRONICORN_NOTIFY_MAX_ATTEMPTS``; a channel failing
+3. ``deliver_due`` sends what is due, each channel in its own sender thread with a
+   deadline, so a hanging channel delays no other channel, tenant or cycle; a failed
+   attempt is recorded at its own time and retried with exponential backoff counted
+   from it, up to ``CRONICORN_NOTIFY_MAX_ATTEMPTS``; a channel failing
    ``CRONICORN_NOTIFY_CHANNEL_FAILING_AFTER`` times in a row is marked failing.
 """
 
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import wait as futures_wait
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings
-from django.db import transaction
-from django.db.models import F, Q
+from django.db import connection, transaction
+from django.db.models import Exists, F, OuterRef, Q
 
-from endpoints.models import Endpoint, Run
+from endpoints.governor import MAX_PLANNABLE_MS
+from endpoints.models import Endpoint, Flip, Run, RunStatus
 from endpoints.schedules import describe_duration
 from notifications.models import (
+    MAX_STALE_FACTOR,
     Alert,
     AlertKind,
     AlertRule,
@@ -48,6 +60,7 @@ from notifications.transports import DeliveryError, Message, send
 logger = logging.getLogger("cronicorn.notify")
 
 DELIVERY_BATCH = 100
+FLIP_BATCH = 500
 # A digest wait never holds a job's first alert longer than this.
 DIGEST_MAX_WAIT = timedelta(minutes=2)
 BACKOFF_CAP = timedelta(minutes=30)
@@ -61,10 +74,12 @@ class CycleResult:
     failed: int
 
 
-def notify_cycle(*, now: datetime) -> CycleResult:
+def notify_cycle(*, now: datetime, wait: float | None = None) -> CycleResult:
+    clock = Clock(now)  # from the cycle's start: sends are stamped at their real time
     alerts = detect_changes(now=now)
+    alerts += remind_and_escalate(now=now)
     deliveries = queue_deliveries(now=now)
-    sent, failed = deliver_due(now=now)
+    sent, failed = deliver_due(now=now, wait=wait, clock=clock)
     return CycleResult(len(alerts), deliveries, sent, failed)
 
 
@@ -72,19 +87,70 @@ def notify_cycle(*, now: datetime) -> CycleResult:
 
 
 def detect_changes(*, now: datetime) -> list[Alert]:
-    """Record one Alert per state change since the last cycle."""
-    endpoints = _candidates(now)
-    if not endpoints:
-        return []
-    states = _states_of(endpoints)
+    """Record one Alert per state change since the last cycle.
+
+    Streaks the engine saw end are read first, from its outbox (``endpoints.Flip``); then
+    the endpoints are sampled for what is still going on (a streak at its threshold, a
+    pause, staleness). In that order, a streak that ended after the outbox was read shows
+    in the sample as still failing or not at all, and its flip is read next cycle: none is
+    lost, none is told twice (see ``_changes`` for the race with a concurrent cycle)."""
+    alerts = consume_flips(now=now)
+    ids = _candidates(now)
+    if not ids:
+        return alerts
+    # States before endpoints: a state can only be newer than what it was read as if
+    # another cycle changed it, and every change below is conditional on the value read.
+    states = _states_of(ids)
+    endpoints = list(
+        Endpoint.objects.filter(pk__in=ids).select_related("job__tenant").order_by("pk")
+    )
     rules = effective_rules(endpoints)
-    alerts: list[Alert] = []
     for endpoint in endpoints:
         alerts.extend(_changes(endpoint, states[endpoint.pk], rules[endpoint.pk], now))
     return alerts
 
 
-def _candidates(now: datetime) -> list[Endpoint]:
+def consume_flips(*, now: datetime) -> list[Alert]:
+    """Raise the alerts of the streaks that ended (the engine's outbox) and delete them,
+    in one transaction; rows another cycle is consuming are skipped, not waited for."""
+    with transaction.atomic():
+        flips = list(Flip.objects.select_for_update(skip_locked=True).order_by("pk")[:FLIP_BATCH])
+        if not flips:
+            return []
+        endpoints = Endpoint.objects.select_related("job__tenant").in_bulk(
+            {flip.endpoint_id for flip in flips}
+        )
+        states = _states_of(list(endpoints))
+        rules = effective_rules(endpoints.values())
+        alerts: list[Alert] = []
+        for flip in flips:  # per endpoint in the order its runs ended them
+            endpoint = endpoints[flip.endpoint_id]
+            state, rule = states[endpoint.pk], rules[endpoint.pk]
+            alerts.extend(_streak_ended(endpoint, state, rule, flip, now))
+        Flip.objects.filter(pk__in=[flip.pk for flip in flips]).delete()
+    return alerts
+
+
+def _streak_ended(
+    endpoint: Endpoint, state: AlertState, rule: AlertRule, flip: Flip, now: datetime
+) -> list[Alert]:
+    live = endpoint.archived_at is None and rule.enabled
+    if state.failing:
+        if _flip(state, now, failing=False, **EPISODE_CLEARED) and live and rule.on_recovery:
+            return [_alert(endpoint, AlertKind.RECOVERED, _recovery_detail(endpoint, flip), now)]
+        return []
+    if not live or flip.failures < rule.after_failures:
+        return []
+    # The whole streak fell between two samples: it is told all the same, both ways.
+    alerts = [
+        _alert(endpoint, AlertKind.FAILING, _failure_detail(endpoint, flip.failures, flip.at), now)
+    ]
+    if rule.on_recovery:
+        alerts.append(_alert(endpoint, AlertKind.RECOVERED, _recovery_detail(endpoint, flip), now))
+    return alerts
+
+
+def _candidates(now: datetime) -> list[int]:
     """Endpoints that may have changed: each set read through its own partial index."""
     ids = set(
         Endpoint.objects.filter(failure_count__gt=0).values_list("pk", flat=True)
@@ -98,7 +164,7 @@ def _candidates(now: datetime) -> list[Endpoint]:
         ).values_list("pk", flat=True)
     )  # notifications_state_open
     ids.update(_stale_candidates(now))
-    return list(Endpoint.objects.filter(pk__in=ids).select_related("job__tenant").order_by("pk"))
+    return sorted(ids)
 
 
 def _stale_candidates(now: datetime) -> list[int]:
@@ -123,13 +189,13 @@ def _stale_candidates(now: datetime) -> list[int]:
 
 
 def _stale_after(interval_ms: int, factor: int) -> timedelta:
-    return timedelta(milliseconds=interval_ms * factor)
+    # Bounded: a rule stored before MAX_STALE_FACTOR must not overflow the whole cycle.
+    return timedelta(milliseconds=min(interval_ms * factor, MAX_PLANNABLE_MS * MAX_STALE_FACTOR))
 
 
-def _states_of(endpoints: Sequence[Endpoint]) -> dict[int, AlertState]:
+def _states_of(ids: Sequence[int]) -> dict[int, AlertState]:
     """Each endpoint's alert state, created (all clear) the first time it is a candidate."""
-    ids = [e.pk for e in endpoints]
-    states = AlertState.objects.in_bulk(ids)
+    states = AlertState.objects.in_bulk(list(ids))
     if missing := [pk for pk in ids if pk not in states]:
         # ignore_conflicts: another cycle may create the same rows at the same moment.
         AlertState.objects.bulk_create(
@@ -153,18 +219,45 @@ def effective_rules(endpoints: Iterable[Endpoint]) -> dict[int, AlertRule]:
     return {e.pk: own.get(e.pk) or of_job.get(e.job_id) or default for e in endpoints}
 
 
+# What a failing episode's end clears: its reminders, escalation and acknowledgement.
+EPISODE_CLEARED: dict[str, Any] = {
+    "failing_since": None,
+    "reminded_at": None,
+    "escalated_at": None,
+    "acknowledged_at": None,
+    "acknowledged_by": "",
+}
+
+
 def _changes(endpoint: Endpoint, state: AlertState, rule: AlertRule, now: datetime) -> list[Alert]:
+    """The sampled changes. ``endpoint`` may be older than the truth by the time a flip is
+    made (a concurrent cycle, a run ending), so each failing flip also checks, in its own
+    UPDATE, that the endpoint is still as read: failing at the threshold, or recovered with
+    no flip of the engine waiting (which would tell that recovery itself)."""
     alerts = []
     live = endpoint.archived_at is None and rule.enabled
-    failing = live and (
-        endpoint.failure_count >= rule.after_failures
-        or (state.failing and endpoint.failure_count > 0)  # failing until a success
-    )
-    if failing != state.failing and _flip(state, now, failing=failing):
-        if failing:
-            alerts.append(_alert(endpoint, AlertKind.FAILING, _failure_detail(endpoint), now))
-        elif live and rule.on_recovery:
-            alerts.append(_alert(endpoint, AlertKind.RECOVERED, _recovery_detail(endpoint), now))
+    if state.failing and not live:
+        _flip(state, now, failing=False, **EPISODE_CLEARED)  # archived or rule off: silence
+    elif not state.failing and live and endpoint.failure_count >= rule.after_failures:
+        still = _endpoint_is(failure_count__gte=rule.after_failures)
+        if _flip(state, now, still, failing=True, failing_since=now):
+            alerts.append(
+                _alert(
+                    endpoint,
+                    AlertKind.FAILING,
+                    _failure_detail(endpoint, endpoint.failure_count),
+                    now,
+                )
+            )
+    elif state.failing and endpoint.failure_count == 0 and _last_run_succeeded(endpoint):
+        # Ended without a flip: failures reset by hand (reset_failures) or by an edit. Only
+        # once a run has really succeeded is it "recovered": on-call people trust that word.
+        pending = Flip.objects.filter(endpoint_id=OuterRef("endpoint_id"))
+        still = _endpoint_is(failure_count=0) & ~Q(Exists(pending))
+        if _flip(state, now, still, failing=False, **EPISODE_CLEARED) and rule.on_recovery:
+            alerts.append(
+                _alert(endpoint, AlertKind.RECOVERED, _recovery_detail(endpoint, None), now)
+            )
     paused = endpoint.paused_until if live and endpoint.is_paused(now) else None
     changed = paused != state.paused_until_seen
     if changed and _flip(state, now, paused_until_seen=paused) and paused and rule.on_pause:
@@ -177,14 +270,24 @@ def _changes(endpoint: Endpoint, state: AlertState, rule: AlertRule, now: dateti
     return alerts
 
 
-def _flip(state: AlertState, now: datetime, **change: Any) -> bool:
-    """Move one field of the state from what we read to ``change``; False if another
-    cycle got there first (then it raised the alert)."""
-    [(field, value)] = change.items()
-    won = AlertState.objects.filter(pk=state.pk, **{field: getattr(state, field)}).update(
-        changed_at=now, **change
-    )
-    setattr(state, field, value)
+def _endpoint_is(**lookups: Any) -> Q:
+    """A condition on the state's endpoint as an EXISTS, not a join: Django turns an
+    UPDATE with a join into ``pk IN (subquery)``, which PostgreSQL does not re-check
+    against a row another cycle changed meanwhile, losing the state's own condition."""
+    return Q(Exists(Endpoint.objects.filter(pk=OuterRef("pk"), **lookups)))
+
+
+def _flip(state: AlertState, now: datetime, *conditions: Q, **change: Any) -> bool:
+    """Move the state's first field in ``change`` from what we read (the rest follow it)
+    when ``conditions`` still hold; False if another cycle got there first (then it raised
+    the alert) or the endpoint moved on."""
+    field = next(iter(change))
+    won = AlertState.objects.filter(
+        *conditions, pk=state.pk, **{field: getattr(state, field)}
+    ).update(changed_at=now, **change)
+    if won:
+        for name, new in change.items():
+            setattr(state, name, new)
     return bool(won)
 
 
@@ -195,34 +298,44 @@ def _is_stale(endpoint: Endpoint, rule: AlertRule, now: datetime) -> bool:
     return now - since > _stale_after(endpoint.baseline_interval_ms, rule.stale_factor)
 
 
-def _alert(endpoint: Endpoint, kind: AlertKind, detail: str, now: datetime) -> Alert:
+def _alert(
+    endpoint: Endpoint, kind: AlertKind, detail: str, now: datetime, channel_id: int | None = None
+) -> Alert:
     return Alert.objects.create(
         tenant_id=endpoint.job.tenant_id,
         job_id=endpoint.job_id,
         endpoint=endpoint,
         kind=kind,
         detail=detail,
+        channel_id=channel_id,
         created_at=now,
     )
 
 
-def _latest_run(endpoint: Endpoint) -> Run | None:
-    return Run.objects.filter(endpoint=endpoint).order_by("-started_at").first()
-
-
-def _failure_detail(endpoint: Endpoint) -> str:
-    run = _latest_run(endpoint)
-    text = f"{endpoint.failure_count} failed runs in a row"
+def _failure_detail(endpoint: Endpoint, failures: int, before: datetime | None = None) -> str:
+    runs = Run.objects.filter(endpoint=endpoint).exclude(status__in=["success", "running"])
+    if before is not None:
+        runs = runs.filter(started_at__lt=before)
+    run = runs.order_by("-started_at").first()  # endpoints_run_history
+    text = f"{failures} failed runs in a row"
     if run is not None:
         code = f" HTTP {run.status_code}" if run.status_code else ""
         text += f"; last: {run.status}{code}: {run.error or 'no error text'}"
     return text
 
 
-def _recovery_detail(endpoint: Endpoint) -> str:
-    run = _latest_run(endpoint)
+def _last_run_succeeded(endpoint: Endpoint) -> bool:
+    finished = Run.objects.filter(endpoint=endpoint).exclude(status=RunStatus.RUNNING)
+    run = finished.order_by("-started_at").only("status").first()
+    # No finished run at all: nothing failed that a success must answer.
+    return run is None or run.status == RunStatus.SUCCESS
+
+
+def _recovery_detail(endpoint: Endpoint, flip: Flip | None) -> str:
+    run = Run.objects.filter(endpoint=endpoint, status="success").order_by("-started_at").first()
     code = f" (HTTP {run.status_code})" if run and run.status_code else ""
-    return f"succeeded again{code}"
+    after = f" after {flip.failures} failed runs in a row" if flip else ""
+    return f"succeeded again{code}{after}"
 
 
 def _pause_detail(endpoint: Endpoint, now: datetime) -> str:
@@ -237,6 +350,69 @@ def _stale_detail(endpoint: Endpoint, stale: bool, now: datetime) -> str:
         return "runs on schedule again"
     since = endpoint.last_run_at or endpoint.created_at
     return f"has not run for {_words(now - since)}"
+
+
+# --- 1b. Remind and escalate ----------------------------------------------------------
+
+
+def remind_and_escalate(*, now: datetime) -> list[Alert]:
+    """Reminders while an endpoint stays failing and nobody acknowledged it (every
+    ``remind_every_minutes`` of its rule), and one escalation to the rule's
+    ``escalate_to`` channel ``escalate_after_minutes`` after the failing alert. Each is a
+    conditional update on the state as read, so concurrent cycles raise each once."""
+    states = AlertState.objects.in_bulk(
+        list(
+            AlertState.objects.filter(failing=True, acknowledged_at__isnull=True).values_list(
+                "pk", flat=True
+            )  # notifications_state_open
+        )
+    )
+    if not states:
+        return []
+    endpoints = Endpoint.objects.filter(pk__in=list(states)).select_related("job__tenant")
+    rules = effective_rules(endpoints)
+    alerts: list[Alert] = []
+    for endpoint in endpoints:
+        rule, state = rules[endpoint.pk], states[endpoint.pk]
+        if not rule.enabled or endpoint.archived_at is not None:
+            continue
+        since = state.failing_since or state.changed_at or now
+        open_episode = AlertState.objects.filter(
+            pk=state.pk,
+            failing=True,
+            acknowledged_at__isnull=True,
+            failing_since=state.failing_since,
+        )
+        every = timedelta(minutes=rule.remind_every_minutes)
+        due = every and now - (state.reminded_at or since) >= every
+        if due and open_episode.filter(reminded_at=state.reminded_at).update(reminded_at=now):
+            detail = f"failing for {_words(now - since)}, not acknowledged"
+            alerts.append(_alert(endpoint, AlertKind.REMINDER, detail, now))
+        after = timedelta(minutes=rule.escalate_after_minutes)
+        due = (
+            after
+            and rule.escalate_to_id is not None
+            and state.escalated_at is None
+            and now - since >= after
+        )
+        if due and open_episode.filter(escalated_at__isnull=True).update(escalated_at=now):
+            detail = f"failing for {_words(now - since)}, nobody acknowledged it"
+            alerts.append(_alert(endpoint, AlertKind.ESCALATED, detail, now, rule.escalate_to_id))
+    return alerts
+
+
+def acknowledge(endpoint: Endpoint, *, now: datetime, by: str) -> AlertState | None:
+    """Acknowledge the endpoint's failing episode: no more reminders, no escalation, until
+    it recovers (the next failing episode alerts afresh). None when it is not failing (or
+    its alerts have not said so yet): there is nothing to acknowledge. The admin, the API
+    and MCP all call this."""
+    AlertState.objects.filter(pk=endpoint.pk, failing=True, acknowledged_at__isnull=True).update(
+        acknowledged_at=now, acknowledged_by=by[:200]
+    )
+    state = AlertState.objects.filter(pk=endpoint.pk, failing=True).first()
+    if state is not None:
+        logger.info("alerts of %s acknowledged by %s", endpoint, state.acknowledged_by)
+    return state
 
 
 # --- 2. Queue -------------------------------------------------------------------------
@@ -273,19 +449,34 @@ def _queue_job(job_id: int, now: datetime) -> int:
         if not alerts:
             return 0
         Alert.objects.filter(pk__in=[a.pk for a in alerts]).update(queued_at=now)
-        message = compose(alerts, now)
-        channels = Channel.objects.filter(tenant_id=alerts[0].tenant_id, enabled=True)
-        for channel in channels:
-            delivery = Delivery.objects.create(
-                channel=channel,
-                subject=message.subject,
-                body=message.body,
-                payload=message.payload,
-                next_attempt_at=now,
-                created_at=now,
-            )
-            delivery.alerts.set(alerts)
-        return len(channels)
+        enabled = Channel.objects.filter(tenant_id=alerts[0].tenant_id, enabled=True)
+        made = 0
+        if everyone := [alert for alert in alerts if alert.channel_id is None]:
+            made += _make_deliveries(enabled.filter(escalation_only=False), everyone, now)
+        escalations: dict[int, list[Alert]] = defaultdict(list)
+        for alert in alerts:
+            if alert.channel_id is not None:
+                escalations[alert.channel_id].append(alert)
+        for channel_id, told in escalations.items():
+            made += _make_deliveries(enabled.filter(pk=channel_id), told, now)
+        return made
+
+
+def _make_deliveries(channels: Any, alerts: list[Alert], now: datetime) -> int:
+    message = compose(alerts, now)
+    made = 0
+    for channel in channels:
+        delivery = Delivery.objects.create(
+            channel=channel,
+            subject=message.subject,
+            body=message.body,
+            payload=message.payload,
+            next_attempt_at=now,
+            created_at=now,
+        )
+        delivery.alerts.set(alerts)
+        made += 1
+    return made
 
 
 def _outside_quiet_hours(alerts: list[Alert], now: datetime) -> list[Alert]:
@@ -295,14 +486,20 @@ def _outside_quiet_hours(alerts: list[Alert], now: datetime) -> list[Alert]:
 
 
 def compose(alerts: Sequence[Alert], now: datetime) -> Message:
-    """One alert's message, or a digest of a job's alerts."""
+    """One alert's message, or a digest of a job's alerts. Titles count endpoints, not
+    alerts: an endpoint that failed and recovered within the digest wait is one endpoint
+    ("is failing, then recovered"), counted in a digest by where it ended up."""
     job = alerts[0].job
-    if len(alerts) == 1:
-        subject = f"[Cronicorn] {_ref(alerts[0])} {_headline(alerts[0].kind)}"
+    by_endpoint: dict[int, list[Alert]] = defaultdict(list)
+    for alert in alerts:
+        by_endpoint[alert.endpoint_id].append(alert)
+    if len(by_endpoint) == 1:
+        headlines = ", then ".join(_headline(alert.kind) for alert in alerts)
+        subject = f"[Cronicorn] {_ref(alerts[0])} {headlines}"
     else:
-        counts = Counter(alert.kind for alert in alerts)
+        counts = Counter(changes[-1].kind for changes in by_endpoint.values())
         summary = ", ".join(f"{n} {kind}" for kind, n in counts.items())
-        subject = f"[Cronicorn] {job.name}: {len(alerts)} endpoints changed ({summary})"
+        subject = f"[Cronicorn] {job.name}: {len(by_endpoint)} endpoints changed ({summary})"
     payload = {
         "kind": "alert" if len(alerts) == 1 else "digest",
         "tenant": job.tenant.name,
@@ -334,43 +531,186 @@ def _headline(kind: str) -> str:
         AlertKind.RECOVERED: "recovered",
         AlertKind.PAUSED: "was paused",
         AlertKind.STALE: "has stopped running",
+        AlertKind.REMINDER: "is still failing",
+        AlertKind.ESCALATED: "is still failing, nobody acknowledged",
     }[AlertKind(kind)]
 
 
 # --- 3. Deliver -----------------------------------------------------------------------
 
 
-def deliver_due(*, now: datetime) -> tuple[int, int]:
-    """Attempt the deliveries due; returns (sent, failed attempts). A channel that fails
-    is not tried again in the same cycle, so one dead channel costs one timeout a cycle."""
+class Clock:
+    """The cycle's ``now`` moved on by the real time elapsed since the cycle began.
+
+    Every attempt is stamped with its own time on this clock, never with the cycle's
+    start: after a send that hung for 4 s, the next attempt's time and its backoff are
+    counted from when it really happened (``now`` is still passed in, so tests and the
+    callers keep control of the date)."""
+
+    def __init__(self, base: datetime) -> None:
+        self.base = base
+        self.started = time.monotonic()
+
+    def now(self) -> datetime:
+        return self.base + timedelta(seconds=time.monotonic() - self.started)
+
+
+# Channels this process is sending on right now: a channel still busy from an earlier
+# cycle (a hanging server) is skipped, not queued behind itself. Other processes are
+# kept off the same deliveries by their lease (``next_attempt_at`` set ahead).
+_BUSY: set[int] = set()
+_BUSY_LOCK = threading.Lock()
+_TURNS: set[Future[tuple[int, int]]] = set()
+_POOL: ThreadPoolExecutor | None = None
+_POOL_LOCK = threading.Lock()
+
+
+def _pool() -> ThreadPoolExecutor:
+    """The process's senders, made on first use (after a Celery fork, in the child)."""
+    global _POOL
+    with _POOL_LOCK:
+        if _POOL is None:
+            _POOL = ThreadPoolExecutor(
+                max_workers=settings.CRONICORN_NOTIFY_CONCURRENCY,
+                thread_name_prefix="cronicorn-send",
+            )
+        return _POOL
+
+
+def channel_deadline() -> timedelta:
+    """How long one channel's turn may last: no send starts after it, so a channel's turn
+    ends within two send timeouts even when every send hangs to its timeout."""
+    return timedelta(seconds=settings.CRONICORN_NOTIFY_TIMEOUT_SECONDS)
+
+
+def lease() -> timedelta:
+    """How long a taken delivery is ours: past a channel's longest possible turn (two send
+    timeouts), so it is taken again only if the sending process died."""
+    return timedelta(seconds=2 * settings.CRONICORN_NOTIFY_TIMEOUT_SECONDS + 30)
+
+
+def deliver_due(
+    *, now: datetime, wait: float | None = None, clock: Clock | None = None
+) -> tuple[int, int]:
+    """Attempt the deliveries due, each channel in its own sender thread; returns (sent,
+    failed attempts) of the turns that ended within ``wait`` seconds (default: one notify
+    period). Turns still running go on in the background and record their own outcome, so
+    a hanging channel delays neither the next cycle nor any other channel or tenant. A
+    channel sends its deliveries one after another and stops at its first failure, so one
+    dead channel costs one timeout a cycle, in its own thread. ``clock`` is the cycle's
+    (started with it), so what is due and each attempt's time are the real moment."""
+    clock = clock or Clock(now)
     due = list(
-        Delivery.objects.filter(status=DeliveryStatus.PENDING, next_attempt_at__lte=now)
+        Delivery.objects.filter(status=DeliveryStatus.PENDING, next_attempt_at__lte=clock.now())
         .order_by("next_attempt_at")  # notifications_delivery_due
         .values_list("pk", "channel_id", "next_attempt_at")[:DELIVERY_BATCH]
     )
-    sent = failed = 0
-    broken: set[int] = set()
-    lease = timedelta(seconds=settings.CRONICORN_NOTIFY_TIMEOUT_SECONDS + 30)
+    by_channel: dict[int, list[tuple[int, datetime]]] = defaultdict(list)
     for pk, channel_id, next_attempt_at in due:
-        if channel_id in broken:
-            continue
-        # Take it: a sender that dies mid-send leaves it to be retried after the lease.
-        if not Delivery.objects.filter(
+        by_channel[channel_id].append((pk, next_attempt_at))
+    turns = [
+        turn
+        for channel_id, items in by_channel.items()
+        if (turn := _start_turn(channel_id, items, clock))
+    ]
+    if wait is None:
+        wait = settings.CRONICORN_NOTIFY_SECONDS
+    finished, _running = futures_wait(turns, timeout=wait)
+    outcomes = [future.result() for future in finished]
+    return sum(s for s, _f in outcomes), sum(f for _s, f in outcomes)
+
+
+def _start_turn(
+    channel_id: int, items: list[tuple[int, datetime]], clock: Clock
+) -> Future[tuple[int, int]] | None:
+    with _BUSY_LOCK:
+        if channel_id in _BUSY:
+            return None
+        _BUSY.add(channel_id)
+    until = clock.now() + lease()
+    # Take each: a conditional update whose row count says we won the delivery.
+    taken = [
+        pk
+        for pk, next_attempt_at in items
+        if Delivery.objects.filter(
             pk=pk, status=DeliveryStatus.PENDING, next_attempt_at=next_attempt_at
-        ).update(next_attempt_at=now + lease):
-            continue
-        delivery = Delivery.objects.select_related("channel__tenant").get(pk=pk)
-        if attempt(delivery, now=now):
-            sent += 1
-        else:
-            failed += 1
-            broken.add(channel_id)
-    return sent, failed
+        ).update(next_attempt_at=until)
+    ]
+    if not taken:
+        _free(channel_id)
+        return None
+    try:
+        turn = _pool().submit(_channel_turn, channel_id, taken, until, clock)
+    except RuntimeError:  # the pool is shutting down (interpreter exit): left to the lease
+        _free(channel_id)
+        return None
+    with _BUSY_LOCK:
+        _TURNS.add(turn)
+    turn.add_done_callback(_forget)
+    return turn
 
 
-def attempt(delivery: Delivery, *, now: datetime, retry: bool = True) -> bool:
-    """Send once and record the attempt (at ``now`` plus the time it took); True when it
-    went through."""
+def _forget(turn: Future[tuple[int, int]]) -> None:
+    with _BUSY_LOCK:
+        _TURNS.discard(turn)
+
+
+def wait_for_senders(timeout: float) -> bool:
+    """Wait up to ``timeout`` seconds for this process's channel turns to end (a clean
+    shutdown, a test); True when none is left running."""
+    with _BUSY_LOCK:
+        turns = list(_TURNS)
+    _done, running = futures_wait(turns, timeout=timeout)
+    return not running
+
+
+def _free(channel_id: int) -> None:
+    with _BUSY_LOCK:
+        _BUSY.discard(channel_id)
+
+
+def _channel_turn(
+    channel_id: int, pks: list[int], until: datetime, clock: Clock
+) -> tuple[int, int]:
+    """One channel's deliveries, in a sender thread with its own database connection."""
+    sent = failed = 0
+    deadline = time.monotonic() + channel_deadline().total_seconds()
+    try:
+        deliveries = list(
+            Delivery.objects.select_related("channel__tenant")
+            .filter(pk__in=pks, next_attempt_at=until)
+            .order_by("created_at", "pk")
+        )
+        for index, delivery in enumerate(deliveries):
+            if failed or time.monotonic() > deadline:
+                _release(deliveries[index:], until, clock.now())
+                break
+            if attempt(delivery, lease_until=until, clock=clock):
+                sent += 1
+            else:
+                failed += 1
+        return sent, failed
+    except Exception:
+        logger.exception(
+            "sending on channel %s failed; its deliveries wait for their lease", channel_id
+        )
+        return sent, failed
+    finally:
+        _free(channel_id)
+        connection.close()  # this thread's own; a pool thread may idle for hours
+
+
+def _release(deliveries: Sequence[Delivery], until: datetime, at: datetime) -> None:
+    """Give back deliveries a turn did not get to: due again at once (for the next cycle)."""
+    Delivery.objects.filter(
+        pk__in=[d.pk for d in deliveries], status=DeliveryStatus.PENDING, next_attempt_at=until
+    ).update(next_attempt_at=at)
+
+
+def attempt(delivery: Delivery, *, lease_until: datetime, clock: Clock, retry: bool = True) -> bool:
+    """Send once and record the attempt at its own time on ``clock``; True when it went
+    through. Recorded only while the delivery is still ours (``next_attempt_at`` is the
+    lease we set): a send that outlived its lease is not recorded twice."""
     channel = delivery.channel
     started = time.monotonic()
     try:
@@ -378,44 +718,64 @@ def attempt(delivery: Delivery, *, now: datetime, retry: bool = True) -> bool:
         error = ""
     except DeliveryError as exc:
         error = str(exc)
-    at = now + timedelta(seconds=time.monotonic() - started)
+    at = clock.now()
     number = delivery.attempts + 1
+    took = round((time.monotonic() - started) * 1000)
     with transaction.atomic():
-        DeliveryAttempt.objects.create(
-            delivery=delivery,
-            number=number,
-            at=at,
-            ok=not error,
-            duration_ms=round((time.monotonic() - started) * 1000),
-            error=error,
+        ours = Delivery.objects.filter(
+            pk=delivery.pk, status=DeliveryStatus.PENDING, next_attempt_at=lease_until
         )
         if error:
-            _record_failure(delivery, channel, number, error, at, retry=retry)
+            won = _record_failure(ours, channel, number, error, at, retry=retry)
         else:
-            _record_success(delivery, channel, number, at)
+            won = _record_success(ours, channel, number, at)
+        if won:
+            DeliveryAttempt.objects.create(
+                delivery=delivery, number=number, at=at, ok=not error, duration_ms=took, error=error
+            )
+    if not won:
+        logger.warning(
+            "alert delivery %d on channel %s outlived its lease; its outcome is not recorded",
+            delivery.pk,
+            channel,
+        )
+    elif error:
+        then = (
+            "gave up" if _gave_up(number, retry) else f"next attempt in {_words(backoff(number))}"
+        )
+        logger.warning(
+            "alert delivery failed on channel %s (attempt %d): %s; %s", channel, number, error, then
+        )
+    else:
+        logger.info("alert sent on channel %s: %s", channel, delivery.subject)
     return not error
 
 
-def _record_success(delivery: Delivery, channel: Channel, number: int, at: datetime) -> None:
-    Delivery.objects.filter(pk=delivery.pk).update(
-        status=DeliveryStatus.SENT, attempts=number, sent_at=at, last_error=""
-    )
+def _record_success(ours: Any, channel: Channel, number: int, at: datetime) -> bool:
+    if not ours.update(status=DeliveryStatus.SENT, attempts=number, sent_at=at, last_error=""):
+        return False
     Channel.objects.filter(pk=channel.pk).update(
         consecutive_failures=0, failing_since=None, last_error=""
     )
-    logger.info("alert sent on channel %s: %s", channel, delivery.subject)
+    return True
+
+
+def _gave_up(number: int, retry: bool) -> bool:
+    return not retry or number >= settings.CRONICORN_NOTIFY_MAX_ATTEMPTS
 
 
 def _record_failure(
-    delivery: Delivery, channel: Channel, number: int, error: str, at: datetime, *, retry: bool
-) -> None:
-    gave_up = not retry or number >= settings.CRONICORN_NOTIFY_MAX_ATTEMPTS
-    Delivery.objects.filter(pk=delivery.pk).update(
+    ours: Any, channel: Channel, number: int, error: str, at: datetime, *, retry: bool
+) -> bool:
+    gave_up = _gave_up(number, retry)
+    if not ours.update(
         status=DeliveryStatus.FAILED if gave_up else DeliveryStatus.PENDING,
         attempts=number,
+        # Counted from this attempt's own end: never earlier than its backoff.
         next_attempt_at=at + backoff(number),
         last_error=error,
-    )
+    ):
+        return False
     Channel.objects.filter(pk=channel.pk).update(
         consecutive_failures=F("consecutive_failures") + 1, last_error=error
     )
@@ -424,10 +784,7 @@ def _record_failure(
         failing_since__isnull=True,
         consecutive_failures__gte=settings.CRONICORN_NOTIFY_CHANNEL_FAILING_AFTER,
     ).update(failing_since=at)
-    then = "gave up" if gave_up else f"next attempt in {_words(backoff(number))}"
-    logger.warning(
-        "alert delivery failed on channel %s (attempt %d): %s; %s", channel, number, error, then
-    )
+    return True
 
 
 def backoff(attempts: int) -> timedelta:
@@ -440,8 +797,13 @@ def backoff(attempts: int) -> timedelta:
 
 
 def send_test_message(channel: Channel, *, now: datetime) -> Delivery:
-    """Send a test message now (``test_channel``, the admin button); recorded like an
-    alert's delivery, not retried. The caller reads ``status`` and ``last_error``."""
+    """Send a test message now (``test_channel``, the API, the admin button) and return
+    its delivery, ``status`` and ``last_error`` saying how it went. Sent exactly once, by
+    the same ``attempt`` as alerts: the delivery is made already taken (its lease in
+    ``next_attempt_at``), so a running notify loop never sends it too, and it is not
+    retried."""
+    clock = Clock(now)
+    until = clock.now() + lease()
     delivery = Delivery.objects.create(
         channel=channel,
         subject=f"[Cronicorn] test message for channel {channel.name}",
@@ -453,10 +815,10 @@ def send_test_message(channel: Channel, *, now: datetime) -> Delivery:
             "sent_at": now.isoformat(),
             "alerts": [],
         },
-        next_attempt_at=now,
+        next_attempt_at=until,
         created_at=now,
     )
-    attempt(delivery, now=now, retry=False)
+    attempt(delivery, lease_until=until, clock=clock, retry=False)
     delivery.refresh_from_db()
     return delivery
 

@@ -21,7 +21,7 @@ class ChannelForm(forms.ModelForm):
 
     class Meta:
         model = Channel
-        fields = ["tenant", "name", "kind", "target", "enabled"]
+        fields = ["tenant", "name", "kind", "target", "enabled", "escalation_only"]
 
     def clean_target(self) -> str:
         target = self.cleaned_data.get("target") or self.instance.target
@@ -31,6 +31,24 @@ class ChannelForm(forms.ModelForm):
 
 
 class AlertRuleForm(forms.ModelForm):
+    # Optional, 0 when left out: a rule written before reminders existed stays valid.
+    remind_every_minutes = forms.IntegerField(
+        min_value=0,
+        required=False,
+        help_text=AlertRule._meta.get_field("remind_every_minutes").help_text,
+    )
+    escalate_after_minutes = forms.IntegerField(
+        min_value=0,
+        required=False,
+        help_text=AlertRule._meta.get_field("escalate_after_minutes").help_text,
+    )
+
+    def clean_remind_every_minutes(self) -> int:
+        return int(self.cleaned_data.get("remind_every_minutes") or 0)
+
+    def clean_escalate_after_minutes(self) -> int:
+        return int(self.cleaned_data.get("escalate_after_minutes") or 0)
+
     class Meta:
         model = AlertRule
         fields = [
@@ -43,6 +61,9 @@ class AlertRuleForm(forms.ModelForm):
             "stale_factor",
             "quiet_from",
             "quiet_until",
+            "remind_every_minutes",
+            "escalate_after_minutes",
+            "escalate_to",
         ]
         help_texts = {
             "job": "The job's rule applies to each of its endpoints…",

@@ -6,16 +6,39 @@ from __future__ import annotations
 
 from datetime import datetime, time
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import parse_qsl, urlsplit
 
+from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.core.validators import validate_email
-from django.db import models
+from django.db import models, transaction
 from django.db.models import Q
 
 from endpoints.models import Endpoint, Job, Tenant
+from endpoints.validation import line_problem
 
 DEFAULT_AFTER_FAILURES = 3
+# An endpoint is stale after at most this many times its interval (and its interval is
+# at most a year): past that, "stale" would never be said.
+MAX_STALE_FACTOR = 100
+# Apprise URL parameters a tenant may not set, whatever the service: each makes the worker
+# read a file on this server (keyfile, subfile, pgp*), fetch keys from a derived host
+# (wkd), write files (store), or stretch a send past the notify deadline and our own
+# retries (rto, cto, retry, wait).
+REFUSED_APPRISE_PARAMS = {
+    "keyfile": "reads a file on the server",
+    "subfile": "reads a file on the server",
+    "pgp": "encrypts with keys read from or written to the server's disk",
+    "pgpkey": "reads a file on the server",
+    "pgppub": "reads a file on the server",
+    "pgpprv": "reads a file on the server",
+    "wkd": "fetches keys from another host",
+    "store": "writes files on the server",
+    "rto": "changes the send deadline (CRONICORN_NOTIFY_TIMEOUT_SECONDS sets it)",
+    "cto": "changes the send deadline (CRONICORN_NOTIFY_TIMEOUT_SECONDS sets it)",
+    "retry": "repeats sends (the notify cycle retries failed sends itself)",
+    "wait": "delays sends (the notify cycle retries failed sends itself)",
+}
 
 
 class ChannelKind(models.TextChoices):
@@ -29,6 +52,8 @@ class AlertKind(models.TextChoices):
     RECOVERED = "recovered"
     PAUSED = "paused"
     STALE = "stale"
+    REMINDER = "reminder"  # still failing, not acknowledged: the rule's remind_every
+    ESCALATED = "escalated"  # still failing after the rule's escalate_after: to its channel
 
 
 class DeliveryStatus(models.TextChoices):
@@ -53,6 +78,10 @@ class Channel(models.Model):
         "slack://…, discord://…, tgram://…, ntfy://…, pagerduty://….",
     )
     enabled = models.BooleanField(default=True)
+    escalation_only = models.BooleanField(
+        default=False,
+        help_text="Receives only escalations (a pager, an on-call lead), not every alert.",
+    )
     # Marked failing after CRONICORN_NOTIFY_CHANNEL_FAILING_AFTER failed attempts in a row.
     consecutive_failures = models.PositiveIntegerField(default=0)
     failing_since = models.DateTimeField(null=True, blank=True)
@@ -72,11 +101,35 @@ class Channel(models.Model):
         return f"{self.tenant.name}/{self.name}"
 
     def clean(self) -> None:
+        problems: dict[str, list[str]] = {}
+        if message := line_problem(self.name):
+            problems["name"] = [message]
         if self.kind in ChannelKind.values and self.target:
             try:
                 validate_target(self.kind, self.target)
             except ValidationError as exc:
-                raise ValidationError({"target": exc.messages}) from None
+                problems["target"] = exc.messages
+        if message := self.channel_cap_problem():
+            problems.setdefault("__all__", []).append(message)
+        if problems:
+            raise ValidationError(problems)
+
+    def channel_cap_problem(self) -> str:
+        """The tenant's channel cap, for a new channel or one moved to another tenant.
+        Inside a transaction (the admin's add view, the API's create, an import) the
+        tenant's row is locked first, so concurrent creates are counted one at a time."""
+        if self.tenant_id is None:
+            return ""
+        if transaction.get_connection().in_atomic_block:
+            list(Tenant.objects.select_for_update().filter(pk=self.tenant_id).values("pk"))
+        others = Channel.objects.filter(tenant_id=self.tenant_id).exclude(pk=self.pk)
+        cap = settings.CRONICORN_MAX_CHANNELS_PER_TENANT
+        if others.count() >= cap:
+            return (
+                f"This tenant has {cap} alert channels, the most allowed "
+                "(CRONICORN_MAX_CHANNELS_PER_TENANT); delete one or add recipients to one."
+            )
+        return ""
 
 
 def email_addresses(target: str) -> list[str]:
@@ -94,6 +147,13 @@ def apprise_plugin(url: str) -> Any:
     return apprise.Apprise.instantiate(url)
 
 
+def apprise_schemes() -> set[str]:
+    """Every scheme Apprise knows (allowed here or not)."""
+    from apprise.manager_plugins import NotificationManager
+
+    return {str(scheme).lower() for scheme in NotificationManager().schemas()}
+
+
 def validate_target(kind: str, target: str) -> None:
     """Raise ``ValidationError`` with a message a person can act on."""
     if kind == ChannelKind.EMAIL:
@@ -107,14 +167,64 @@ def validate_target(kind: str, target: str) -> None:
             raise ValidationError(
                 "Give one or more email addresses separated by commas, e.g. ops@example.com."
             )
+        check_recipients(len(addresses))
     elif kind == ChannelKind.WEBHOOK:
         parts = urlsplit(target)
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise ValidationError("Give an http:// or https:// URL for the webhook.")
-    elif apprise_plugin(target) is None:
+    else:
+        # The scheme and parameters first: instantiating some services reads their files.
+        check_apprise_url(target)
+        plugin = apprise_plugin(target)
+        if plugin is None:
+            raise ValidationError(NOT_UNDERSTOOD)
+        check_recipients(apprise_recipients(plugin))
+
+
+NOT_UNDERSTOOD = (
+    "Apprise does not understand this URL. Examples: slack://TokenA/TokenB/TokenC, "
+    "discord://WebhookID/Token, tgram://BotToken/ChatID, ntfy://topic."
+)
+
+
+def check_apprise_url(target: str) -> None:
+    """Only the allowed services (CRONICORN_APPRISE_SCHEMES), without the parameters
+    that read files or bend the deadline (REFUSED_APPRISE_PARAMS). Run when the channel
+    is saved and again before every send (a stored URL may predate a rule)."""
+    scheme = target.partition("://")[0].strip().lower() if "://" in target else ""
+    allowed = [s.lower() for s in settings.CRONICORN_APPRISE_SCHEMES]
+    if scheme not in allowed:
+        if scheme not in apprise_schemes():
+            raise ValidationError(NOT_UNDERSTOOD)
         raise ValidationError(
-            "Apprise does not understand this URL. Examples: slack://TokenA/TokenB/TokenC, "
-            "discord://WebhookID/Token, tgram://BotToken/ChatID, ntfy://topic."
+            f"Apprise service {scheme + '://' if scheme else '(none)'} is not allowed here; "
+            f"use one of: {', '.join(s + '://' for s in allowed)} "
+            "(the operator sets CRONICORN_APPRISE_SCHEMES)."
+        )
+    query = urlsplit(target).query if "?" in target else ""
+    for name, _value in parse_qsl(query, keep_blank_values=True):
+        why = REFUSED_APPRISE_PARAMS.get(name.strip().lower())
+        if why:
+            raise ValidationError(f"Remove the '{name}=' parameter: it {why}.")
+
+
+def apprise_recipients(plugin: Any) -> int:
+    """How many addresses one send reaches (an email plugin's cc and bcc included)."""
+    try:
+        count = len(plugin)
+    except TypeError:
+        count = 1
+    for extra in ("cc", "bcc"):
+        count += len(getattr(plugin, extra, None) or ())
+    return count
+
+
+def check_recipients(count: int) -> None:
+    cap = settings.CRONICORN_MAX_RECIPIENTS_PER_CHANNEL
+    if count > cap:
+        raise ValidationError(
+            f"This channel names {count} recipients; at most {cap} are allowed "
+            "(CRONICORN_MAX_RECIPIENTS_PER_CHANNEL). Use a mailing list or several channels."
         )
 
 
@@ -140,6 +250,26 @@ class AlertRule(models.Model):
     )
     quiet_from = models.TimeField(null=True, blank=True, help_text="Quiet hours start (UTC).")
     quiet_until = models.TimeField(null=True, blank=True, help_text="Quiet hours end (UTC).")
+    # Off by default: the failing alert already went to every channel, and a reminder
+    # nobody asked for on a long-known outage trains people to ignore alerts.
+    remind_every_minutes = models.PositiveIntegerField(
+        default=0,
+        help_text="While failing and not acknowledged, remind every this many minutes "
+        "(0: never; 60 or 1440 for hourly or daily).",
+    )
+    escalate_after_minutes = models.PositiveIntegerField(
+        default=0,
+        help_text="Still failing and not acknowledged this many minutes after the failing "
+        "alert: tell the escalation channel, once (0: never).",
+    )
+    escalate_to = models.ForeignKey(
+        Channel,
+        on_delete=models.SET_NULL,
+        null=True,
+        blank=True,
+        related_name="+",
+        help_text="Where escalations go (a channel of the same tenant).",
+    )
 
     class Meta:
         constraints = [
@@ -162,12 +292,38 @@ class AlertRule(models.Model):
         return f"alerts for {self.endpoint or self.job}"
 
     def clean(self) -> None:
+        if isinstance(self.stale_factor, int) and self.stale_factor > MAX_STALE_FACTOR:
+            raise ValidationError(
+                {"stale_factor": f"At most {MAX_STALE_FACTOR} times the interval (0: never)."}
+            )
         # Mirrors notifications_alertrule_job_xor_endpoint with a message for the form.
         if (self.job_id is None) == (self.endpoint_id is None):
             raise ValidationError(
                 "Pick the job the rule is for, or one endpoint whose rule overrides its "
                 "job's; not both, not neither."
             )
+        if self.escalate_after_minutes and self.escalate_to_id is None:
+            raise ValidationError(
+                {"escalate_to": "Pick the channel escalations go to, or set escalate after to 0."}
+            )
+        channel_tenant = (
+            Channel.objects.filter(pk=self.escalate_to_id or 0)
+            .values_list("tenant_id", flat=True)
+            .first()
+        )
+        if self.escalate_to_id is not None and self._tenant_id() not in (None, channel_tenant):
+            raise ValidationError(
+                {"escalate_to": "Pick a channel of the tenant this rule's job belongs to."}
+            )
+
+    def _tenant_id(self) -> int | None:
+        if self.job_id is not None:
+            return Job.objects.filter(pk=self.job_id).values_list("tenant_id", flat=True).first()
+        return (
+            Endpoint.objects.filter(pk=self.endpoint_id or 0)
+            .values_list("job__tenant_id", flat=True)
+            .first()
+        )
 
     def is_quiet(self, now: datetime) -> bool:
         if self.quiet_from is None or self.quiet_until is None:
@@ -191,6 +347,13 @@ class AlertState(models.Model):
     stale = models.BooleanField(default=False)
     paused_until_seen = models.DateTimeField(null=True, blank=True)
     changed_at = models.DateTimeField(null=True, blank=True)
+    # The failing episode: when its failing alert was raised, its last reminder, its
+    # escalation and who acknowledged it (which stops both). Cleared on recovery.
+    failing_since = models.DateTimeField(null=True, blank=True)
+    reminded_at = models.DateTimeField(null=True, blank=True)
+    escalated_at = models.DateTimeField(null=True, blank=True)
+    acknowledged_at = models.DateTimeField(null=True, blank=True)
+    acknowledged_by = models.CharField(max_length=200, blank=True)
 
     class Meta:
         indexes = [
@@ -217,6 +380,10 @@ class Alert(models.Model):
     endpoint = models.ForeignKey(Endpoint, on_delete=models.CASCADE, related_name="alerts")
     kind = models.CharField(max_length=16, choices=AlertKind.choices)
     detail = models.TextField(blank=True)
+    # Set for an escalation: it goes to this channel only, not to the tenant's channels.
+    channel = models.ForeignKey(
+        Channel, on_delete=models.CASCADE, null=True, blank=True, related_name="+"
+    )
     created_at = models.DateTimeField()
     queued_at = models.DateTimeField(null=True, blank=True)
 

@@ -8,8 +8,9 @@ from django.utils import timezone
 
 from notifications.alerts import notify_cycle as run_notify_cycle
 
-# Bounded: a cycle sends at most alerts.DELIVERY_BATCH messages, one dead channel costing
-# one timeout; overlapping cycles are safe (every step is a conditional update).
+# Bounded: a cycle takes at most alerts.DELIVERY_BATCH messages and waits for their sends
+# at most one notify period (each channel sends in its own thread of the worker process and
+# records its own outcome); overlapping cycles are safe (every step is a conditional update).
 CYCLE_TIME_LIMIT = 300
 
 

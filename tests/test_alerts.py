@@ -29,6 +29,9 @@ from notifications.models import (
 )
 from tests.smtp_capture import SmtpCapture
 
+# Transactional: each channel sends in its own thread, on its own database connection.
+pytestmark = pytest.mark.django_db(transaction=True)
+
 S = timedelta(seconds=1)
 
 

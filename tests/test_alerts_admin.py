@@ -57,7 +57,8 @@ def test_channel_pages_show_the_target_masked_and_never_its_secret(world: World,
         assert SECRET not in page.content.decode()
         assert SLACK_TOKEN not in page.content.decode()
     chat_page = client.get(reverse("admin:notifications_channel_change", args=[chat.pk]))
-    assert "slack://T...2/A...D/T...Q" in chat_page.content.decode()
+    # Scheme and host only: Slack keeps its tokens where a host and path would be.
+    assert "slack://••••" in chat_page.content.decode()
 
 
 def test_another_tenants_channel_does_not_exist_for_a_member(world: World, hook) -> None:
@@ -131,7 +132,7 @@ def test_saving_a_channel_without_retyping_its_target_keeps_it(world: World, hoo
 def test_test_channel_sends_a_test_message_and_names_the_channel(hook, target) -> None:
     out = StringIO()
     call_command("test_channel", "Alpha/hook", stdout=out)
-    assert out.getvalue().startswith("Alpha/hook (webhook http://127.0.0.1/")
+    assert out.getvalue().startswith(f"Alpha/hook (webhook {target.url('/')}••••)")
     assert out.getvalue().strip().endswith("test message sent.")
     assert SECRET not in out.getvalue()
     assert len(target.hits(f"/hooks/{SECRET}")) == 1

@@ -213,5 +213,6 @@ def test_hostile_list_parameters_are_problems(
     http: httpx.Client, existing: Endpoint, query: dict[str, Any]
 ) -> None:
     response = http.get(f"/endpoints/{existing.pk}/runs", params=query)
-    assert response.status_code == 422, response.text
+    # A cursor this API did not give out is a bad request (400); a bad filter a 422.
+    assert response.status_code == (400 if "cursor" in query else 422), response.text
     assert response.headers["Content-Type"] == "application/problem+json"

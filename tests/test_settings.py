@@ -113,8 +113,16 @@ STARTS: dict[str, dict[str, str]] = {
     "production-without-key": {"DEBUG": "false"},
     "production-with-key": {"DEBUG": "false", "DJANGO_SECRET_KEY": "x" * 50},
     "malformed-boolean": {"DEBUG": "maybe"},
-    "horizon-above-tick": {"CRONICORN_TICK_SECONDS": "1", "CRONICORN_CLAIM_HORIZON_MS": "1500"},
-    "bad-database-url": {"DATABASE_URL": "postgress://bob:hunter2@db.example:5432/cronicorn"},
+    # DEBUG is off unless set, so these carry a key to reach the setting they test.
+    "horizon-above-tick": {
+        "CRONICORN_TICK_SECONDS": "1",
+        "CRONICORN_CLAIM_HORIZON_MS": "1500",
+        "DJANGO_SECRET_KEY": "x" * 50,
+    },
+    "bad-database-url": {
+        "DATABASE_URL": "postgress://bob:hunter2@db.example:5432/cronicorn",
+        "DJANGO_SECRET_KEY": "x" * 50,
+    },
     "local-default": {"DEBUG": "true"},
 }
 

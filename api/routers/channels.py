@@ -1,18 +1,30 @@
 """Alert channels (the notifications app): list, create, read, change, delete, and send a
-test message. A channel's target is a secret: written, never read back."""
+test message; and acknowledging a failing endpoint's alert. A channel's target is a secret:
+written, never read back."""
 
 from __future__ import annotations
 
+from django.db import transaction
 from django.utils import timezone
 from ninja import Router
+from ninja.errors import HttpError
 
 from api.auth import Principal, get_scoped
 from api.forms import validated_channel
 from api.operations import operation
+from api.routers.endpoints import scoped_endpoint
 from api.routers.jobs import tenant_for
-from api.schemas import ChannelIn, ChannelOut, ChannelPatch, DeliveryOut, Message
-from notifications.alerts import send_test_message
-from notifications.models import Channel, Delivery
+from api.schemas import (
+    AcknowledgementOut,
+    ChannelIn,
+    ChannelOut,
+    ChannelPatch,
+    DeliveryOut,
+    Message,
+)
+from endpoints.models import Tenant
+from notifications.alerts import acknowledge, send_test_message
+from notifications.models import AlertState, Channel, Delivery
 
 router = Router(tags=["alert channels"])
 
@@ -39,9 +51,15 @@ def list_channels(principal: Principal) -> list[Channel]:
 )
 def create_channel(principal: Principal, payload: ChannelIn) -> Channel:
     """Create an alert channel: email, a signed webhook, or an Apprise URL (chat, push)."""
-    values = {**payload.dict(exclude={"tenant_id"}), "tenant": tenant_for(principal, payload)}
-    channel = validated_channel(principal, Channel(), values)
-    channel.save()
+    tenant = tenant_for(principal, payload)
+    values = {**payload.dict(exclude={"tenant_id"}), "tenant": tenant}
+    # The tenant's row is locked while its channels are counted (Channel.clean) and the
+    # new one saved: concurrent creates are counted one after another.
+    with transaction.atomic():
+        locked = Tenant.objects.select_for_update().filter(pk=tenant or 0)
+        list(locked.values_list("pk", flat=True))
+        channel = validated_channel(principal, Channel(), values)
+        channel.save()
     return channel
 
 
@@ -94,3 +112,26 @@ def test_channel(principal: Principal, channel_id: int) -> Delivery:
     """Send a test message on the channel now and return its delivery (sent or failed,
     with the error, secrets scrubbed)."""
     return send_test_message(scoped_channel(principal, channel_id), now=timezone.now())
+
+
+@operation(
+    router,
+    "post",
+    "/endpoints/{endpoint_id}/acknowledge",
+    name="acknowledge_alert",
+    response=AcknowledgementOut,
+    write=True,
+)
+def acknowledge_alert(principal: Principal, endpoint_id: int) -> AlertState:
+    """Acknowledge a failing endpoint's alert: no more reminders and no escalation until it
+    recovers (its next failure alerts afresh). 409 when it is not failing."""
+    endpoint = scoped_endpoint(principal, endpoint_id)
+    who = principal.user.get_username() if principal.user else f"API key {principal.api_key_id}"
+    state = acknowledge(endpoint, now=timezone.now(), by=who)
+    if state is None:
+        raise HttpError(
+            409,
+            f"{endpoint.ref} is not failing (or its failing alert is not raised yet): "
+            "there is nothing to acknowledge.",
+        )
+    return state

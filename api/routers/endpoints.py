@@ -4,12 +4,12 @@ function."""
 
 from __future__ import annotations
 
-from datetime import timedelta
 from zoneinfo import ZoneInfo
 
 from django.db.models import Q, QuerySet
 from django.utils import timezone
 from ninja import Router
+from ninja.errors import HttpError
 
 from api.auth import Principal, get_scoped
 from api.errors import InvalidInput
@@ -34,8 +34,11 @@ from api.schemas import (
 from endpoints import operations
 from endpoints.governor import EndpointSchedule, explain_plan, preview_runs
 from endpoints.models import Endpoint, EndpointStatus, Run
+from endpoints.validation import duration_from_ms
 
 router = Router(tags=["endpoints"])
+# A word of a name or URL: longer than any URL an endpoint may have is never a match.
+MAX_SEARCH_CHARS = 2_000
 
 
 def endpoints_of(principal: Principal) -> QuerySet[Endpoint]:
@@ -66,6 +69,8 @@ def list_endpoints(
     if status:
         endpoints = endpoints.in_status(status, now=timezone.now())  # type: ignore[attr-defined]
     if search:
+        if len(search) > MAX_SEARCH_CHARS:
+            raise HttpError(400, f"search holds at most {MAX_SEARCH_CHARS} characters.")
         endpoints = endpoints.filter(Q(name__icontains=search) | Q(url__icontains=search))
     return keyset_page(endpoints, key="id", cursor=cursor, limit=limit, descending=False)
 
@@ -192,7 +197,7 @@ def pause_endpoint(principal: Principal, endpoint_id: int, payload: PauseIn) -> 
     now = timezone.now()
     if (payload.until is None) == (payload.for_ms is None):
         raise InvalidInput({"until": ["Give exactly one of until (a time) or for_ms."]})
-    until = payload.until or now + timedelta(milliseconds=payload.for_ms or 0)
+    until = payload.until or now + duration_from_ms(payload.for_ms, field="for_ms")
     operations.pause_endpoint(
         endpoint, now=now, until=until, reason=payload.reason, user=principal.user
     )
@@ -260,7 +265,7 @@ def set_hint(principal: Principal, endpoint_id: int, payload: HintIn) -> Endpoin
         now=timezone.now(),
         interval_ms=payload.interval_ms,
         next_run_at=payload.next_run_at,
-        ttl=timedelta(milliseconds=payload.ttl_ms),
+        ttl=duration_from_ms(payload.ttl_ms, field="ttl_ms"),
         reason=payload.reason,
         user=principal.user,
     )

@@ -21,6 +21,7 @@ from console.admin.forms import PauseUntilForm
 from endpoints import operations
 from endpoints.models import Endpoint, RunStatus
 from endpoints.operations import OperationRefused
+from notifications.alerts import acknowledge
 
 
 @dataclass(frozen=True)
@@ -103,6 +104,19 @@ def _reset_failures(
     return _ok(f"Reset the failure count of {endpoint}; its backoff is gone.")
 
 
+def _acknowledge(endpoint: Endpoint, now: datetime, user: Any, data: Mapping[str, Any]) -> Outcome:
+    who = user.get_username() if user is not None else "the admin"
+    if acknowledge(endpoint, now=now, by=who) is None:
+        return Outcome(
+            messages.WARNING,
+            f"{endpoint} is not failing (or its failing alert is not raised yet): "
+            "nothing to acknowledge.",
+        )
+    return _ok(
+        f"Acknowledged {endpoint}'s failing alert: no reminder or escalation until it recovers."
+    )
+
+
 def _archive(endpoint: Endpoint, now: datetime, user: Any, data: Mapping[str, Any]) -> Outcome:
     operations.archive_endpoint(endpoint, now=now, user=user)
     return _ok(f"Archived {endpoint}; it will not run again.")
@@ -117,6 +131,7 @@ OPERATIONS: dict[str, Operation] = {
     "resume": Operation("Resume", _resume),
     "clear_hints": Operation("Clear hints", _clear_hints),
     "reset_failures": Operation("Reset failures", _reset_failures),
+    "acknowledge": Operation("Acknowledge the failing alert", _acknowledge),
     "archive": Operation("Archive", _archive),
 }
 

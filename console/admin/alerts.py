@@ -44,7 +44,7 @@ class ChannelAdmin(TenantScopedAdmin):
     actions = ("send_test",)
 
     def get_fields(self, request: HttpRequest, obj: Any = None) -> Any:
-        fields = ["tenant", "name", "kind", "target", "enabled"]
+        fields = ["tenant", "name", "kind", "target", "enabled", "escalation_only"]
         if obj is not None:
             fields[3:3] = ["shown_target"]
             fields += ["health", "last_error", "test_button"]
@@ -114,7 +114,15 @@ class AlertRuleAdmin(TenantScopedAdmin):
     tenant_path = "job__tenant"
     editable = True
     form = AlertRuleForm
-    list_display = ("__str__", "enabled", "after_failures", "on_recovery", "on_pause")
+    list_display = (
+        "__str__",
+        "enabled",
+        "after_failures",
+        "on_recovery",
+        "on_pause",
+        "remind_every_minutes",
+        "escalate_after_minutes",
+    )
     list_select_related = ("job", "endpoint__job")
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Any]:
@@ -132,6 +140,8 @@ class AlertRuleAdmin(TenantScopedAdmin):
             kwargs["queryset"] = scope(
                 Endpoint.objects.live().select_related("job"), request, "job__tenant"
             )
+        if db_field.name == "escalate_to":
+            kwargs["queryset"] = scope(Channel.objects.select_related("tenant"), request, "tenant")
         return super().formfield_for_foreignkey(db_field, request, **kwargs)
 
 

@@ -428,7 +428,14 @@ def _read_headers(reader: _Reader, raw: Any, where: str) -> dict[str, str]:
         return {}
     headers = {}
     for header, value in raw.items():
-        if not isinstance(header, str) or not isinstance(value, str):
+        if not isinstance(header, str):
+            # YAML reads `200:` or `true:` as a number or a boolean: the name is wrong.
+            reader.add(
+                f"{where}.{header}",
+                f"header names must be text, got {_type_name(header)}; quote it",
+            )
+            continue
+        if not isinstance(value, str):
             reader.add(
                 f"{where}.{header}",
                 f"header values must be text, got {_type_name(value)}; quote it",

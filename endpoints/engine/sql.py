@@ -25,7 +25,7 @@ from django.db.models import DateTimeField, Field, JSONField, Model, UUIDField
 from django.utils.dateparse import parse_datetime
 
 from endpoints.governor import HINT_FIELDS, SCHEDULE_FIELDS
-from endpoints.models import SLOT_FIELDS, Endpoint, Run, RunStatus, Slot
+from endpoints.models import SLOT_FIELDS, Endpoint, Flip, Run, RunStatus, Slot
 
 # Fields a person may change while a run is in flight; the reschedule only wins if they
 # are still as read (see ``endpoints.engine.outcomes.reschedule``).
@@ -83,7 +83,11 @@ _JOINED = {
     "pk": "e.id",
     "job_status": "j.status",
     "hmac_secret": "t.hmac_secret",
-    "hmac_secret_previous": "t.hmac_secret_previous",
+    # Only while the grace period lasts, whether or not maintenance has cleared it yet.
+    "hmac_secret_previous": (
+        "CASE WHEN t.hmac_previous_until > CURRENT_TIMESTAMP"
+        " THEN t.hmac_secret_previous ELSE '' END"
+    ),
     "tenant_min_interval_ms": "t.min_interval_ms",
     "job_run_policy": "j.run_policy",
 }
@@ -202,6 +206,7 @@ def reschedule_all(
             [_to_db(Endpoint, name, values[name]) for name in own],
             [_to_db(Endpoint, name, getattr(endpoint, name)) for name in PLANNING_FIELDS],
             [_to_db(Slot, name, values[name]) for name in slot],
+            _flip_of(endpoint, values),
         )
         for endpoint, claim_token, values in reschedules
     ]
@@ -211,22 +216,38 @@ def reschedule_all(
         )
         return _each(
             sql,
-            [[pk, token, *own_v, *same_v, *slot_v] for pk, token, own_v, same_v, slot_v in rows],
+            [
+                [pk, token, *own_v, *same_v, failures, at, failures, *slot_v]
+                for pk, token, own_v, same_v, slot_v, (failures, at) in rows
+            ],
         )
     endpoint_sql = _SQLITE_RESCHEDULE_ENDPOINT.format(own=_assign(own), unchanged=_unchanged("IS"))
     slot_sql = _SQLITE_RESCHEDULE_SLOT.format(slot=_assign(slot))
     won = []
     with transaction.atomic():
-        for pk, token, own_v, same_v, slot_v in rows:
+        for pk, token, own_v, same_v, slot_v, (failures, at) in rows:
             mine = bool(fetch(endpoint_sql, [*own_v, pk, *same_v, pk, token]))
             won.append(mine and bool(fetch(slot_sql, [*slot_v, pk, token])))
+            if won[-1] and failures:
+                fetch(_SQLITE_FLIP, [pk, failures, at])
     return won
+
+
+def _flip_of(endpoint: ClaimedEndpoint, values: Mapping[str, Any]) -> tuple[int, Any]:
+    """(streak length, when) for a run that ends a failure streak, else (0, None): the
+    alerts' outbox row (``endpoints.Flip``), written with the reschedule that wins."""
+    if values.get("failure_count") == 0 and endpoint.failure_count:
+        return endpoint.failure_count, _to_db(Flip, "at", values["last_run_at"])
+    return 0, None
 
 
 # The endpoint and slot rows are locked first, in that order (every writer of both takes
 # the endpoint's first, so none of them deadlocks with another), and only if the claim is
 # still ours, so the lease cannot change hands between the two updates: both are written
 # or neither. A person's edit that committed meanwhile fails the planning-fields test.
+# A run that ends a failure streak also writes the alerts' outbox row (``flip``), from
+# ``won``: only with a reschedule that wins, in its statement; for other runs the INSERT
+# selects nothing (measured: no difference in the statement's time, see bench/README.md).
 _PG_RESCHEDULE = """
 WITH mine AS (
     SELECT s.endpoint_id FROM endpoints_endpoint AS e
@@ -236,6 +257,9 @@ WITH mine AS (
 ), won AS (
     UPDATE endpoints_endpoint SET {own}
     WHERE id IN (SELECT endpoint_id FROM mine) AND {unchanged} RETURNING id
+), flip AS (
+    INSERT INTO endpoints_flip (endpoint_id, failures, at)
+    SELECT id, %s::integer, %s::timestamptz FROM won WHERE %s::integer > 0
 )
 UPDATE endpoints_slot SET {slot}, locked_until = NULL, claim_token = NULL
 WHERE endpoint_id IN (SELECT id FROM won) RETURNING endpoint_id
@@ -247,6 +271,7 @@ WHERE id = %s AND {unchanged} AND EXISTS (
     SELECT 1 FROM endpoints_slot WHERE endpoint_id = %s AND claim_token = %s
 ) RETURNING id
 """
+_SQLITE_FLIP = "INSERT INTO endpoints_flip (endpoint_id, failures, at) VALUES (%s, %s, %s)"
 _SQLITE_RESCHEDULE_SLOT = """
 UPDATE endpoints_slot SET {slot}, locked_until = NULL, claim_token = NULL
 WHERE endpoint_id = %s AND claim_token = %s RETURNING endpoint_id

@@ -30,6 +30,7 @@ from datetime import datetime, timedelta
 from itertools import pairwise
 from typing import Any
 
+from endpoints.governor import MAX_PLANNABLE_MS
 from endpoints.models import Endpoint, HintHistory, HintKind, RunStatus
 from endpoints.schedules import describe_interval, next_cron_after
 from planner.tools import (
@@ -170,7 +171,7 @@ def _wait_from(value: Any, at: datetime) -> timedelta | None:
     if isinstance(value, bool) or value is None:
         return None
     if isinstance(value, int | float):
-        return timedelta(seconds=value) if math.isfinite(value) and value > 0 else None
+        return _seconds_wait(float(value))
     if not isinstance(value, str):
         return None
     text = value.strip()
@@ -178,7 +179,15 @@ def _wait_from(value: Any, at: datetime) -> timedelta | None:
         seconds = float(text)
     except ValueError:
         return _wait_until(text, at)
-    return timedelta(seconds=seconds) if math.isfinite(seconds) and seconds > 0 else None
+    return _seconds_wait(seconds)
+
+
+def _seconds_wait(seconds: float) -> timedelta | None:
+    # A server may answer any number: capped at the longest duration anything is planned
+    # with, so that 1e300 is "a year", never an OverflowError.
+    if not math.isfinite(seconds) or seconds <= 0:
+        return None
+    return timedelta(seconds=min(seconds, MAX_PLANNABLE_MS / 1000))
 
 
 def _wait_until(text: str, at: datetime) -> timedelta | None:

@@ -11,6 +11,7 @@ from django.utils import timezone
 from api.models import ApiKey, Scope
 from endpoints.models import Tenant
 from endpoints.schedules import ScheduleError, parse_interval
+from endpoints.validation import longest_problem
 
 
 class Command(BaseCommand):
@@ -50,6 +51,9 @@ def _expiry(text: str | None) -> Any:
     if not text:
         return None
     try:
-        return timezone.now() + timedelta(milliseconds=parse_interval(text))
+        ms = parse_interval(text)
     except ScheduleError as exc:
         raise CommandError(f"--expires {text!r}: {exc} Use e.g. 90d or 12h.") from None
+    if ms <= 0 or longest_problem(ms):
+        raise CommandError(f"--expires {text!r}: give a duration from 1s to a year, e.g. 90d.")
+    return timezone.now() + timedelta(milliseconds=ms)

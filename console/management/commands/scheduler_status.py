@@ -107,15 +107,19 @@ def as_text(status: dict[str, Any]) -> str:
             f"; {status['catchup_runs_last_hour']} catch-up run(s) after downtime, up to "
             f"{describe_duration(status['catchup_max_late_ms'])} late"
         )
+    keeping_up = "NO, " + status["behind_warning"] if status["fleet_behind"] else "yes"
+    if not status["healthy"]:
+        # No ticks: nothing is claimed, so "add workers" would be the wrong advice.
+        keeping_up = "unknown: the scheduler is not running (see above)"
     lines = [
-        f"Scheduler:   {'healthy' if status['healthy'] else 'NOT HEALTHY'}",
+        f"Scheduler:   {'healthy' if status['healthy'] else 'NOT HEALTHY: ' + status['problem']}",
         f"Last tick:   {status['last_tick_at'] or 'never'}"
         + (f" ({age:.1f} s ago)" if age is not None else ""),
         f"Due backlog: {status['due_backlog']} endpoint(s) due and not yet claimed",
         f"In flight:   {status['in_flight']} run(s); zombies: {status['zombies']}",
         f"Last hour:   {status['runs_last_hour']} run(s), {status['failures_last_hour']} "
         f"failed; lateness {late}",
-        f"Keeping up:  {'NO, ' + status['behind_warning'] if status['fleet_behind'] else 'yes'}",
+        f"Keeping up:  {keeping_up}",
         f"Maintenance: {status['maintenance_at'] or 'never'}",
         f"Planner:     {planner['backend']}; last cycle {planner['last_cycle_at'] or 'never'}; "
         f"{planner['sessions_last_hour']} session(s) in the last hour "

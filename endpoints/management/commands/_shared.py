@@ -12,6 +12,7 @@ from django.utils.dateparse import parse_datetime
 from endpoints.governor import SOURCE_WORDS
 from endpoints.models import Endpoint, Job, Tenant
 from endpoints.schedules import ScheduleError, describe_delta, parse_interval
+from endpoints.validation import longest_problem
 
 REF_HELP = "the endpoint, as job/endpoint or its numeric id"
 
@@ -77,6 +78,8 @@ def parse_duration(text: str, *, option: str) -> timedelta:
         raise CommandError(f"{option}: {exc}") from None
     if ms <= 0:
         raise CommandError(f"{option} must be longer than zero, e.g. 15m.")
+    if problem := longest_problem(ms):
+        raise CommandError(f"{option} {bare}: {problem}")
     return timedelta(milliseconds=ms)
 
 

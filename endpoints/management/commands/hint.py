@@ -48,13 +48,16 @@ class Command(BaseCommand):
         now = timezone.now()
         endpoint = find_endpoint(options["endpoint"])
         interval_ms = next_run_at = None
-        if options["interval"]:
+        # "is not None": an empty --interval "" is a mistake to report, not a missing option.
+        if options["interval"] is not None:
             interval_ms = parse_duration(options["interval"], option="--interval") // ONE_MS
         else:
             next_run_at = parse_when(options["at"], option="--at")
         kind = "interval" if interval_ms is not None else "oneshot"
         ttl = (
-            parse_duration(options["ttl"], option="--ttl") if options["ttl"] else DEFAULT_TTL[kind]
+            parse_duration(options["ttl"], option="--ttl")
+            if options["ttl"] is not None
+            else DEFAULT_TTL[kind]
         )
         try:
             apply_hint(

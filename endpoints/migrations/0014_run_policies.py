@@ -6,7 +6,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('endpoints', '0011_tenant_signing_rotation'),
+        ('endpoints', '0013_flip_outbox'),
     ]
 
     operations = [
