@@ -16,7 +16,7 @@ from django.db import models
 from django.db.models import F, Q, Value
 
 from endpoints import governor, validation
-from endpoints.policies import PolicyError, policy_problems, resolve_policy
+from endpoints.policies import policy_problems
 from endpoints.validation import (
     MAX_INTERVAL_MS,
     MAX_RESPONSE_KB,
@@ -489,13 +489,7 @@ class Endpoint(models.Model):
             )
         validation.check_schedule(self, add, floor=self.tenant_min_interval_ms)
         validation.check_bounds(self, add, floor=self.tenant_min_interval_ms)
-        for problem in policy_problems(self.run_policy):
-            add("run_policy", problem)
-        if not errors.get("run_policy") and self.job_id is not None:
-            try:
-                resolve_policy(self.job.run_policy, self.run_policy)
-            except PolicyError as exc:
-                add("run_policy", f"With the job's defaults: {exc}")
+        validation.check_run_policy(self.run_policy, add, job_policy=self.job_run_policy)
         hint = self._number("ai_hint_interval_ms")
         if hint is not None and hint < MIN_INTERVAL_MS:
             add("ai_hint_interval_ms", "A hinted interval must be at least 1 s (1000 ms).")
@@ -519,11 +513,9 @@ class Endpoint(models.Model):
         return value if isinstance(value, int) and not isinstance(value, bool) else None
 
     @property
-    def job_run_policy(self) -> dict[str, Any]:
-        """The job's run policy (the defaults under this endpoint's own)."""
-        if self.job_id is None and not Endpoint.job.is_cached(self):  # type: ignore[attr-defined]
-            return {}
-        return self.job.run_policy if self.job is not None else {}
+    def job_run_policy(self) -> dict[str, Any]:  # the defaults under this endpoint's own
+        cached = self.job_id is not None or Endpoint.job.is_cached(self)  # type: ignore[attr-defined]
+        return self.job.run_policy if cached and self.job is not None else {}
 
     @property
     def tenant_min_interval_ms(self) -> int:

@@ -37,6 +37,7 @@ import httpx
 from django.conf import settings
 from django.core.exceptions import ValidationError
 
+from endpoints.policies import PolicyError, policy_problems, resolve_policy
 from endpoints.schedules import (
     MAX_PLANNABLE_MS,
     ScheduleError,
@@ -543,3 +544,17 @@ def quota_problem(tenant: Any, *, live_after: int) -> str:
         f"{tenant.name} would have {live_after} endpoints but max_endpoints is "
         f"{tenant.max_endpoints}; archive one or ask an administrator to raise the quota."
     )
+
+
+def check_run_policy(
+    policy: Any, add: Callable[[str, str], None], *, job_policy: Any = None
+) -> None:
+    """An endpoint's run policy (``endpoints.policies``), alone and over its job's."""
+    problems = policy_problems(policy)
+    for problem in problems:
+        add("run_policy", problem)
+    if not problems and job_policy:
+        try:
+            resolve_policy(job_policy, policy)
+        except PolicyError as exc:
+            add("run_policy", f"With the job's defaults: {exc}")
