@@ -71,6 +71,9 @@ SCHEDULE_FIELDS = (
     "min_interval_ms",
     "max_interval_ms",
 )
+# Fields of EndpointSchedule that come from the run policy or the engine, not from
+# endpoint fields of the same name.
+POLICY_FIELDS = ("backoff_cap_ms", "jitter_offset_ms", "retry_at", "retry_attempt", "blackout")
 HINT_FIELDS = ("ai_hint_interval_ms", "ai_hint_next_run_at", "ai_hint_expires_at")
 
 
