@@ -40,6 +40,24 @@ class Message(Schema):
     detail: str
 
 
+RUN_POLICY: Any = Field(
+    None,
+    description="Run policy: success criteria, retries, backoff cap, breaker, catch-up "
+    'window, jitter (keys in the README, "Run policies"); {} for the defaults.',
+)
+
+
+class PlannedRun(Schema):
+    utc: datetime
+    local: str = Field(description="The same instant in the endpoint's time zone.")
+    source: str
+
+
+class RunPreview(Schema):
+    timezone: str
+    runs: list[PlannedRun]
+
+
 # --- jobs -------------------------------------------------------------------------------
 
 
@@ -47,6 +65,7 @@ class JobIn(Input):
     name: str = Field(description="Unique within the tenant.")
     description: str = Field("", description="Context for the planner.")
     max_concurrent: int | None = Field(None, description="Most runs in flight at once.")
+    run_policy: dict[str, Any] | None = RUN_POLICY
     tenant_id: int | None = Field(
         None, description="Needed only when the caller belongs to several tenants."
     )
@@ -56,6 +75,7 @@ class JobPatch(Input):
     name: str | None = None
     description: str | None = None
     max_concurrent: int | None = None
+    run_policy: dict[str, Any] | None = RUN_POLICY
 
 
 class JobOut(Schema):
@@ -65,6 +85,7 @@ class JobOut(Schema):
     description: str
     status: str
     max_concurrent: int | None
+    run_policy: dict[str, Any]
     created_at: datetime
     updated_at: datetime
 
@@ -97,6 +118,7 @@ class EndpointPatch(Input):
     baseline_interval_ms: int | None = Field(None, description="Every … ms; or a cron.")
     min_interval_ms: int | None = None
     max_interval_ms: int | None = None
+    run_policy: dict[str, Any] | None = RUN_POLICY
 
 
 class EndpointIn(EndpointPatch):
@@ -133,6 +155,7 @@ class EndpointOut(Schema):
     archived_at: datetime | None
     next_run_at: datetime | None
     next_run_source: str
+    run_policy: dict[str, Any]
 
     @staticmethod
     def resolve_headers(endpoint: Any) -> dict[str, Any]:

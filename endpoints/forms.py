@@ -36,6 +36,7 @@ ENDPOINT_FIELDS = [
     "min_interval_ms",
     "max_interval_ms",
     "description",
+    "run_policy",
 ]
 
 
@@ -82,6 +83,12 @@ class ParsedJSONField(forms.JSONField):
         return bool(initial != data)
 
 
+def none_is_no_policy(value: Any) -> Any:
+    """An empty or null run policy means the defaults ({}); anything else is checked by
+    the model (``endpoints.policies.policy_problems``)."""
+    return {} if value is None or value == "" else value
+
+
 class EndpointForm(forms.ModelForm):
     baseline_interval_ms = IntervalField(
         label="Interval",
@@ -112,6 +119,7 @@ class EndpointForm(forms.ModelForm):
             "headers": ParsedJSONField,
             "secret_header_names": ParsedJSONField,
             "body": ParsedJSONField,
+            "run_policy": ParsedJSONField,
         }
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -157,6 +165,9 @@ class EndpointForm(forms.ModelForm):
             restored[name] = stored[name]
         return restored
 
+    def clean_run_policy(self) -> Any:
+        return none_is_no_policy(self.cleaned_data.get("run_policy"))
+
     def clean(self) -> dict[str, Any]:
         cleaned = super().clean() or {}
         job = cleaned.get("job")
@@ -180,4 +191,8 @@ class EndpointForm(forms.ModelForm):
 class JobForm(forms.ModelForm):
     class Meta:
         model = Job
-        fields = ["tenant", "name", "description", "max_concurrent"]
+        fields = ["tenant", "name", "description", "max_concurrent", "run_policy"]
+        field_classes: dict[str, type[forms.Field]] = {"run_policy": ParsedJSONField}
+
+    def clean_run_policy(self) -> Any:
+        return none_is_no_policy(self.cleaned_data.get("run_policy"))

@@ -35,7 +35,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
+from zoneinfo import ZoneInfo
 
+from endpoints.policies import DEFAULT as DEFAULT_POLICY
+from endpoints.policies import MAX_WINDOWS, Window, blackout_end, jitter_offset_ms, resolve_policy
 from endpoints.schedules import (
     MAX_PLANNABLE_MS,
     describe_delta,
@@ -54,6 +57,8 @@ AI_ONESHOT = "ai-oneshot"
 CLAMPED_MIN = "clamped-min"
 CLAMPED_MAX = "clamped-max"
 PAUSED = "paused"
+WINDOW = "window"  # moved out of a blackout window (run policy)
+RETRY = "retry"  # a retry within the slot (run policy), after a failed attempt
 MANUAL = "manual"  # not the governor's: a person asked for a run now
 
 
@@ -66,6 +71,9 @@ SCHEDULE_FIELDS = (
     "min_interval_ms",
     "max_interval_ms",
 )
+# Fields of EndpointSchedule that come from the run policy or the engine, not from
+# endpoint fields of the same name.
+POLICY_FIELDS = ("backoff_cap_ms", "jitter_offset_ms", "retry_at", "retry_attempt", "blackout")
 HINT_FIELDS = ("ai_hint_interval_ms", "ai_hint_next_run_at", "ai_hint_expires_at")
 
 
@@ -82,6 +90,14 @@ class EndpointSchedule:
     paused_until: datetime | None = None
     failure_count: int = 0
     tenant_min_interval_ms: int | None = None
+    # Run policy (``endpoints.policies``): the defaults keep the original's rules.
+    backoff_cap_ms: int | None = (
+        DEFAULT_POLICY.backoff_cap_ms
+    )  # the backed-off interval never exceeds max(it, cap)
+    jitter_offset_ms: int = 0  # added to every cron slot (start-to-start kept)
+    retry_at: datetime | None = None  # a retry within the slot is wanted at this time
+    retry_attempt: int = 0  # the attempt that retry would be (for the words)
+    blackout: tuple[Window, ...] = ()  # local windows when it never runs
 
     @classmethod
     def from_endpoint(cls, endpoint: Any) -> EndpointSchedule:
@@ -97,6 +113,7 @@ class EndpointSchedule:
             paused_until=endpoint.paused_until,
             failure_count=endpoint.failure_count or 0,
             tenant_min_interval_ms=endpoint.tenant_min_interval_ms,
+            **policy_fields(endpoint),
         )
 
     def hints_fresh(self, now: datetime) -> bool:
@@ -128,6 +145,20 @@ class Decision:
     steps: tuple[str, ...] = field(default=())
 
 
+def policy_fields(endpoint: Any) -> dict[str, Any]:
+    """The governor's share of an endpoint's run policy (job defaults, endpoint override).
+    No policy anywhere (the common case) costs two attribute reads."""
+    job_policy = getattr(endpoint, "job_run_policy", None)
+    own = getattr(endpoint, "run_policy", None)
+    policy = resolve_policy(job_policy, own) if job_policy or own else DEFAULT_POLICY
+    offset = jitter_offset_ms(endpoint.pk or 0, policy.jitter_ms) if policy.jitter_ms else 0
+    return {
+        "backoff_cap_ms": policy.backoff_cap_ms,
+        "jitter_offset_ms": offset,
+        "blackout": policy.blackout,
+    }
+
+
 def plan_next_run(now: datetime, schedule: EndpointSchedule) -> Plan:
     return decide(now, schedule).plan
 
@@ -156,6 +187,18 @@ def decide(now: datetime, schedule: EndpointSchedule) -> Decision:
     steps: list[str] = _out_of_bounds(schedule)
     baseline = _baseline(now, schedule)
     steps.insert(0, f"baseline: {_when(baseline.at, now)} ({baseline.source})")
+    if schedule.jitter_offset_ms and schedule.baseline_cron:
+        steps.append(
+            f"jitter: each cron slot + {schedule.jitter_offset_ms / 1000:g} s (run policy)"
+        )
+    if schedule.baseline_interval_ms and not schedule.baseline_cron and schedule.failure_count:
+        plain = schedule.baseline_interval_ms * 2 ** min(
+            schedule.failure_count, MAX_BACKOFF_EXPONENT
+        )
+        if backed_off_ms(schedule) < plain:
+            steps.append(
+                f"backoff capped at {format_interval(backed_off_ms(schedule))} (run policy)"
+            )
 
     fresh = schedule.hints_fresh(now)
     candidates = [baseline]
@@ -172,11 +215,26 @@ def decide(now: datetime, schedule: EndpointSchedule) -> Decision:
         steps.append("hints expired: ignored")
 
     chosen = _choose(baseline, interval_hint, oneshot_hint, steps)
+    if schedule.retry_at is not None:
+        retry = Candidate(RETRY, max(schedule.retry_at, now))
+        candidates.append(retry)
+        if retry.at < chosen.at:
+            chosen = retry
+            steps.append(
+                f"attempt {schedule.retry_attempt} of this slot failed before: retry "
+                f"{_when(retry.at, now)} (run policy)"
+            )
+        else:
+            steps.append("a retry would come after the next run: no retry, the slot failed")
     at, source = chosen.at, chosen.source
     if at < now:
         steps.append("the one-shot time has passed: run now")
         at = now
     at, source = _clamp(now, at, source, schedule, steps)
+    if chosen.source == RETRY:
+        source = RETRY  # clamps may delay a retry, which stays one
+    if schedule.blackout:
+        at, source = _out_of_blackout(at, source, schedule, steps)
     if schedule.paused_until is not None and schedule.paused_until > now:
         steps.append(f"paused until {_stamp(schedule.paused_until)}: pause wins")
         at, source = schedule.paused_until, PAUSED
@@ -193,14 +251,29 @@ def decide(now: datetime, schedule: EndpointSchedule) -> Decision:
 
 def _baseline(now: datetime, schedule: EndpointSchedule) -> Candidate:
     if schedule.baseline_cron:
+        if schedule.jitter_offset_ms:
+            # The slot this run belongs to is found before its offset, so a jittered run
+            # neither skips nor repeats a slot: start-to-start, slot + offset each time.
+            offset = _ms(schedule.jitter_offset_ms)
+            at = next_cron_after(schedule.baseline_cron, schedule.timezone, now - offset)
+            return Candidate(BASELINE_CRON, at + offset)
         return Candidate(
             BASELINE_CRON, next_cron_after(schedule.baseline_cron, schedule.timezone, now)
         )
     if not schedule.baseline_interval_ms:
         raise ValueError("The schedule has neither a cron expression nor an interval.")
+    return Candidate(BASELINE_INTERVAL, now + _ms(backed_off_ms(schedule)))
+
+
+def backed_off_ms(schedule: EndpointSchedule) -> int:
+    """The baseline interval after failures: doubled per failure up to x32, and never
+    beyond the policy's cap (nor below the interval itself)."""
+    interval = _bounded(schedule.baseline_interval_ms or 0)
     factor = 2 ** min(max(schedule.failure_count, 0), MAX_BACKOFF_EXPONENT)
-    interval = _bounded(schedule.baseline_interval_ms)
-    return Candidate(BASELINE_INTERVAL, now + _ms(interval * factor))
+    cap = schedule.backoff_cap_ms
+    if cap is not None and factor > 1:
+        return min(interval * factor, max(interval, cap))
+    return interval * factor
 
 
 def _choose(
@@ -240,6 +313,27 @@ def _clamp(
     if floor and at < now + _ms(_bounded(floor)):
         at, source = now + _ms(_bounded(floor)), CLAMPED_MIN
         steps.append(f"raised to the tenant's minimum interval ({format_interval(floor)})")
+    return at, source
+
+
+def _out_of_blackout(
+    at: datetime, source: str, schedule: EndpointSchedule, steps: list[str]
+) -> tuple[datetime, str]:
+    """A run planned inside a blackout window moves to the window's end (windows that
+    touch are followed; bounded). Only later, so every minimum still holds; a pause
+    still wins after this."""
+    zone = ZoneInfo(schedule.timezone or "UTC")
+    for _ in range(2 * MAX_WINDOWS + 2):
+        found = blackout_end(at, zone, schedule.blackout)
+        if found is None:
+            return at, source
+        end, window = found
+        steps.append(
+            f"inside the blackout window {window.words()} ({schedule.timezone}): "
+            f"moved to its end, {_stamp(end)}"
+        )
+        # A retry moved by a window is still the retry of its slot.
+        at, source = end, (RETRY if source == RETRY else WINDOW)
     return at, source
 
 
@@ -292,6 +386,8 @@ SOURCE_WORDS = {
     CLAMPED_MIN: "the minimum interval",
     CLAMPED_MAX: "the maximum interval",
     PAUSED: "a pause",
+    RETRY: "a retry within the slot",
+    WINDOW: "a blackout window's end",
     MANUAL: "a manual run request",
 }
 
@@ -312,6 +408,29 @@ def explain_plan(now: datetime, schedule: EndpointSchedule) -> str:
     detail = f" Baseline: {base}"
     if schedule.baseline_interval_ms and schedule.failure_count and not schedule.baseline_cron:
         factor = 2 ** min(schedule.failure_count, MAX_BACKOFF_EXPONENT)
-        detail += f", backed off x{factor} after {schedule.failure_count} failure(s)"
+        backed = backed_off_ms(schedule)
+        if backed < schedule.baseline_interval_ms * factor:
+            detail += (
+                f", backed off to {format_interval(backed)} (the cap) after "
+                f"{schedule.failure_count} failure(s)"
+            )
+        else:
+            detail += f", backed off x{factor} after {schedule.failure_count} failure(s)"
     reasons = "; ".join(decision.steps[1:])
     return f"{head}{detail}." + (f" Then: {reasons}." if reasons else "")
+
+
+def preview_runs(now: datetime, schedule: EndpointSchedule, count: int) -> list[Plan]:
+    """The next ``count`` run times as planned now, each run assumed to start on time and
+    succeed (no backoff); hints and a pause as they are. Cron slots follow the endpoint's
+    zone across DST (``next_cron_after``); a one-shot hint is used once."""
+    plans: list[Plan] = []
+    at, current = now, replace(schedule, failure_count=0, retry_at=None)
+    for _ in range(max(count, 0)):
+        plan = plan_next_run(at, current)
+        plans.append(plan)
+        if plan.source == AI_ONESHOT:
+            current = replace(current, ai_hint_next_run_at=None)
+        # The next one is planned from this run's start, as the engine does.
+        at = plan.next_run_at if plan.next_run_at > at else at + timedelta(milliseconds=1)
+    return plans

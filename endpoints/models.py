@@ -13,9 +13,10 @@ from typing import Any, Literal, get_args
 from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.db import models
-from django.db.models import F, Q
+from django.db.models import F, Q, Value
 
 from endpoints import governor, validation
+from endpoints.policies import policy_problems
 from endpoints.validation import (
     MAX_INTERVAL_MS,
     MAX_RESPONSE_KB,
@@ -30,27 +31,6 @@ def _choices_check(
     field: str, choices: type[models.TextChoices], name: str
 ) -> models.CheckConstraint:
     return models.CheckConstraint(condition=Q(**{f"{field}__in": choices.values}), name=name)
-
-
-def _clean_fields_checked(
-    instance: models.Model, exclude: Any, problems: validation.Problems
-) -> None:
-    """Django's field checks on what ``problems`` did not already refuse, then both.
-    The refused fields are remembered (``refused_fields``): ``clean()``, which
-    ``full_clean`` calls anyway, must not compare or query with their values."""
-    error = None
-    try:
-        models.Model.clean_fields(instance, exclude={*(exclude or ()), *problems})
-    except ValidationError as exc:
-        error = exc
-    merged = validation.merge_problems(error, problems)
-    instance._refused_fields = frozenset(merged.message_dict if merged else ())  # type: ignore[attr-defined]
-    if merged:
-        raise merged
-
-
-def refused_fields(instance: models.Model) -> frozenset[str]:
-    return getattr(instance, "_refused_fields", frozenset())
 
 
 class JobStatus(models.TextChoices):
@@ -77,6 +57,8 @@ class Source(models.TextChoices):
     CLAMPED_MIN = governor.CLAMPED_MIN
     CLAMPED_MAX = governor.CLAMPED_MAX
     PAUSED = governor.PAUSED
+    RETRY = governor.RETRY
+    WINDOW = governor.WINDOW
     MANUAL = governor.MANUAL
 
 
@@ -93,6 +75,8 @@ class RunStatus(models.TextChoices):
     FAILURE = "failure"
     TIMEOUT = "timeout"
     LOST = "lost"
+    # Found later than its job's catch-up window: not called, the next slot planned.
+    SKIPPED = "skipped"
 
 
 FAILED_STATUSES = (RunStatus.FAILURE, RunStatus.TIMEOUT, RunStatus.LOST)
@@ -145,7 +129,8 @@ class Tenant(models.Model):
         return self.name
 
     def clean_fields(self, exclude: Any = None) -> None:
-        _clean_fields_checked(self, exclude, validation.check_text_values(self, exclude or ()))
+        problems = validation.check_text_values(self, exclude or ())
+        validation.clean_fields_checked(self, exclude, problems, super().clean_fields)
 
     def previous_secret(self, now: datetime) -> str:
         """The replaced secret while its grace period lasts, else "": once the period
@@ -176,6 +161,13 @@ class Job(models.Model):
         help_text="Most runs of this job's endpoints in flight at once (1 = one at a time). "
         "Excess due endpoints wait; they are never skipped or doubled.",
     )
+    run_policy = models.JSONField(
+        default=dict,
+        db_default=Value({}, models.JSONField()),  # rows inserted by raw SQL get {} too
+        blank=True,
+        help_text="Defaults of this job's endpoints: success criteria, retries, backoff cap, "
+        "breaker, catch-up window, jitter (see endpoints.policies).",
+    )
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 
@@ -195,17 +187,20 @@ class Job(models.Model):
 
     def clean_fields(self, exclude: Any = None) -> None:
         problems = validation.check_text_values(self, exclude or (), in_refs=True)
-        _clean_fields_checked(self, exclude, problems)
+        validation.clean_fields_checked(self, exclude, problems, super().clean_fields)
 
     def clean(self) -> None:
+        errors: dict[str, list[str]] = {}
         limit = self.max_concurrent
         if isinstance(limit, int) and limit < 1:
-            raise ValidationError(
-                {
-                    "max_concurrent": "Allow at least 1 run at a time (1 = one at a time), "
-                    "or leave it empty for no limit."
-                }
-            )
+            errors["max_concurrent"] = [
+                "Allow at least 1 run at a time (1 = one at a time), "
+                "or leave it empty for no limit."
+            ]
+        if problems := policy_problems(self.run_policy):
+            errors["run_policy"] = problems
+        if errors:
+            raise ValidationError(errors)
 
 
 # What the admin's status filter and the API's ``?status=`` offer (``in_status``).
@@ -311,6 +306,14 @@ class Endpoint(models.Model):
     pause_reason = models.TextField(blank=True)
     last_run_at = models.DateTimeField(null=True, blank=True)
     failure_count = models.PositiveIntegerField(default=0)
+    # Overrides of the job's run policy, key by key (endpoints.policies).
+    run_policy = models.JSONField(
+        default=dict, db_default=Value({}, models.JSONField()), blank=True
+    )
+    # A retry within the slot is planned (run policy): the attempt it will be (0: none)
+    # and the slot's first run, which every attempt links to. Written by the engine only.
+    retry_attempt = models.PositiveSmallIntegerField(default=0, db_default=0, editable=False)
+    retry_of_run = models.BigIntegerField(null=True, blank=True, editable=False)
     archived_at = models.DateTimeField(null=True, blank=True)
     # When it runs next, why, and the claim lease live in its Slot (below), read and
     # written here through these properties.
@@ -441,41 +444,23 @@ class Endpoint(models.Model):
     def clean_fields(self, exclude: Any = None) -> None:
         """Shape and type first (``validation.check_endpoint_values``): a value of the
         wrong kind is reported, and Django never converts or compares it."""
-        _clean_fields_checked(self, exclude, validation.check_endpoint_values(self, exclude or ()))
+        problems = validation.check_endpoint_values(self, exclude or ())
+        validation.clean_fields_checked(self, exclude, problems, super().clean_fields)
 
     def clean(self) -> None:
         """Rules across fields. ``full_clean`` calls it even when a field failed, so each
-        comparison reads a field only if it holds a value of its type (``_number``)."""
+        comparison reads a field only if it holds a value of its type."""
         errors: dict[str, list[str]] = {}
 
         def add(field: str, message: str) -> None:
             errors.setdefault(field, []).append(message)
 
-        timeout = self._number("timeout_ms")
-        if timeout is not None and not MIN_TIMEOUT_MS <= timeout <= MAX_TIMEOUT_MS:
-            add(
-                "timeout_ms",
-                f"Timeout must be between 1 s and 30 min "
-                f"({MIN_TIMEOUT_MS}..{MAX_TIMEOUT_MS} ms); got {timeout}.",
-            )
-        size = self._number("max_response_size_kb")
-        if size is not None and not 1 <= size <= MAX_RESPONSE_KB:
-            add(
-                "max_response_size_kb",
-                f"Response size cap must be 1..{MAX_RESPONSE_KB} KB; got {size}.",
-            )
+        validation.check_request_limits(self, add)
         validation.check_schedule(self, add, floor=self.tenant_min_interval_ms)
         validation.check_bounds(self, add, floor=self.tenant_min_interval_ms)
-        hint = self._number("ai_hint_interval_ms")
-        if hint is not None and hint < MIN_INTERVAL_MS:
-            add("ai_hint_interval_ms", "A hinted interval must be at least 1 s (1000 ms).")
-        if message := validation.longest_problem(hint):
-            add("ai_hint_interval_ms", message)
-        if (
-            self.ai_hint_interval_ms is not None or self.ai_hint_next_run_at
-        ) and not self.ai_hint_expires_at:
-            add("ai_hint_expires_at", "A hint needs an expiry time.")
-        if "name" not in refused_fields(self) and self._name_taken():
+        validation.check_run_policy(self.run_policy, add, job_policy=self.job_run_policy)
+        validation.check_hint(self, add)
+        if "name" not in validation.refused_fields(self) and self._name_taken():
             add(
                 "name",
                 f"Job {self.job.name!r} already has an endpoint named {self.name!r}; "
@@ -484,9 +469,10 @@ class Endpoint(models.Model):
         if errors:
             raise ValidationError(errors)
 
-    def _number(self, field: str) -> int | None:
-        value = getattr(self, field)
-        return value if isinstance(value, int) and not isinstance(value, bool) else None
+    @property
+    def job_run_policy(self) -> dict[str, Any]:  # the defaults under this endpoint's own
+        cached = self.job_id is not None or Endpoint.job.is_cached(self)  # type: ignore[attr-defined]
+        return self.job.run_policy if cached and self.job is not None else {}
 
     @property
     def tenant_min_interval_ms(self) -> int:
@@ -780,22 +766,10 @@ class Heartbeat(models.Model):
 
 
 class Flip(models.Model):
-    """A failure streak a run ended: the outbox the notify cycle reads.
-
-    Written by the engine in the very statement that records the run's reschedule (so in
-    its transaction, and only when it wins), only for a success after one or more
-    failures: the common run writes nothing, a recovery one small row. ``failures`` is the
-    streak's length, so the notify cycle, which samples ``failure_count`` for streaks still
-    going, still sees a streak that began and ended between two of its samples (three
-    failures in 2 s, a cycle every 5 s) and alerts "failing, then recovered".
-
-    Why the engine writes a row rather than notifications deriving flips from Runs: a Run
-    is inserted when it starts and finished later, out of id order and committed at any
-    moment, so no cursor over runs is sure to see each finish once; and the engine must not
-    know about alert rules (a rule's threshold lives in notifications), hence a fact any
-    rule can be checked against: "a streak of N ended at T". Rows live until a notify
-    cycle consumes them (deleted in the transaction that raises their alerts).
-    """
+    """A failure streak a run ended: the outbox the notify cycle reads ("a streak of N
+    failures ended at T"), written by the engine in the statement that records the run's
+    reschedule, only for a success after failures, and deleted by the notify cycle that
+    raises its alerts. Why the engine writes it: docs/DESIGN.md, "Alerts"."""
 
     endpoint = models.ForeignKey(Endpoint, on_delete=models.CASCADE, related_name="+")
     failures = models.PositiveIntegerField(help_text="How many failed runs the streak had.")

@@ -405,3 +405,37 @@ def resume_job(job: Job, *, now: datetime, user: Any = None) -> None:
     for endpoint in Endpoint.objects.live().filter(job=job).select_related("job__tenant"):
         recompute_next_run(endpoint, now=now)
     log_event(logging.INFO, f"job {job.pk} resumed by {user or 'system'}")
+
+
+def run_job_now(job: Job, *, now: datetime, user: Any = None) -> tuple[int, list[str]]:
+    """Run every live endpoint of an active job now (``run_now`` for each). Returns how
+    many were made due and, in words, each one left out and why (paused, in flight)."""
+    if job.status != JobStatus.ACTIVE:
+        raise OperationRefused(f"Job {job.name} is {job.status}; resume the job first.")
+    due, left_out = 0, []
+    for endpoint in Endpoint.objects.live().filter(job=job).select_related("job__tenant"):
+        try:
+            run_now(endpoint, now=now, user=user)
+        except OperationRefused as exc:
+            left_out.append(str(exc))
+            continue
+        due += 1
+    return due, left_out
+
+
+def pause_tenant(tenant: Tenant, *, now: datetime, user: Any = None) -> int:
+    """Pause every active job of the tenant (``pause_job``); the number paused. A job
+    paused already stays paused; resume_tenant resumes every paused job."""
+    jobs = list(Job.objects.filter(tenant=tenant, status=JobStatus.ACTIVE))
+    for job in jobs:
+        pause_job(job, now=now, user=user)
+    return len(jobs)
+
+
+def resume_tenant(tenant: Tenant, *, now: datetime, user: Any = None) -> int:
+    """Resume every paused job of the tenant (``resume_job``: each endpoint planned
+    afresh); the number resumed."""
+    jobs = list(Job.objects.filter(tenant=tenant, status=JobStatus.PAUSED))
+    for job in jobs:
+        resume_job(job, now=now, user=user)
+    return len(jobs)

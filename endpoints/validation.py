@@ -37,6 +37,7 @@ import httpx
 from django.conf import settings
 from django.core.exceptions import ValidationError
 
+from endpoints.policies import PolicyError, policy_problems, resolve_policy
 from endpoints.schedules import (
     MAX_PLANNABLE_MS,
     ScheduleError,
@@ -543,3 +544,71 @@ def quota_problem(tenant: Any, *, live_after: int) -> str:
         f"{tenant.name} would have {live_after} endpoints but max_endpoints is "
         f"{tenant.max_endpoints}; archive one or ask an administrator to raise the quota."
     )
+
+
+def check_run_policy(
+    policy: Any, add: Callable[[str, str], None], *, job_policy: Any = None
+) -> None:
+    """An endpoint's run policy (``endpoints.policies``), alone and over its job's."""
+    problems = policy_problems(policy)
+    for problem in problems:
+        add("run_policy", problem)
+    if not problems and job_policy:
+        try:
+            resolve_policy(job_policy, policy)
+        except PolicyError as exc:
+            add("run_policy", f"With the job's defaults: {exc}")
+
+
+def check_request_limits(endpoint: Any, add: Callable[[str, str], None]) -> None:
+    """The request's timeout and response size cap within their ranges."""
+    timeout = whole_number(endpoint, "timeout_ms")
+    if timeout is not None and not MIN_TIMEOUT_MS <= timeout <= MAX_TIMEOUT_MS:
+        add(
+            "timeout_ms",
+            f"Timeout must be between 1 s and 30 min "
+            f"({MIN_TIMEOUT_MS}..{MAX_TIMEOUT_MS} ms); got {timeout}.",
+        )
+    size = whole_number(endpoint, "max_response_size_kb")
+    if size is not None and not 1 <= size <= MAX_RESPONSE_KB:
+        add(
+            "max_response_size_kb",
+            f"Response size cap must be 1..{MAX_RESPONSE_KB} KB; got {size}.",
+        )
+
+
+def check_hint(endpoint: Any, add: Callable[[str, str], None]) -> None:
+    """An interval hint of at least a second and at most the longest plannable; an expiry
+    for any hint."""
+    hint = whole_number(endpoint, "ai_hint_interval_ms")
+    if hint is not None and hint < MIN_INTERVAL_MS:
+        add("ai_hint_interval_ms", "A hinted interval must be at least 1 s (1000 ms).")
+    if message := longest_problem(hint):
+        add("ai_hint_interval_ms", message)
+    if (
+        endpoint.ai_hint_interval_ms is not None or endpoint.ai_hint_next_run_at
+    ) and not endpoint.ai_hint_expires_at:
+        add("ai_hint_expires_at", "A hint needs an expiry time.")
+
+
+def clean_fields_checked(
+    instance: Any, exclude: Any, problems: Problems, clean_fields: Callable[..., None]
+) -> None:
+    """Django's field checks (``clean_fields``, the model's own) on what ``problems`` did
+    not already refuse, then both. The refused fields are remembered
+    (``refused_fields``): ``clean()``, which ``full_clean`` calls anyway, must not compare
+    or query with their values."""
+    error = None
+    try:
+        clean_fields(exclude={*(exclude or ()), *problems})
+    except ValidationError as exc:
+        error = exc
+    merged = merge_problems(error, problems)
+    instance._refused_fields = frozenset(merged.message_dict if merged else ())
+    if merged:
+        raise merged
+
+
+def refused_fields(instance: Any) -> frozenset[str]:
+    refused: frozenset[str] = getattr(instance, "_refused_fields", frozenset())
+    return refused

@@ -4,6 +4,8 @@ function."""
 
 from __future__ import annotations
 
+from zoneinfo import ZoneInfo
+
 from django.db.models import Q, QuerySet
 from django.utils import timezone
 from ninja import Router
@@ -24,11 +26,13 @@ from api.schemas import (
     HintIn,
     Message,
     PauseIn,
+    PlannedRun,
     ReasonIn,
     RunDetail,
+    RunPreview,
 )
 from endpoints import operations
-from endpoints.governor import EndpointSchedule, explain_plan
+from endpoints.governor import EndpointSchedule, explain_plan, preview_runs
 from endpoints.models import Endpoint, EndpointStatus, Run
 from endpoints.validation import duration_from_ms
 
@@ -97,6 +101,30 @@ def get_endpoint(principal: Principal, endpoint_id: int) -> Endpoint:
     explanation = explain_plan(timezone.now(), EndpointSchedule.from_endpoint(endpoint))
     endpoint.explanation = explanation  # type: ignore[attr-defined]  # for EndpointDetail
     return endpoint
+
+
+@operation(
+    router, "get", "/endpoints/{endpoint_id}/preview", name="preview_runs", response=RunPreview
+)
+def preview_endpoint_runs(principal: Principal, endpoint_id: int, count: int = 10) -> RunPreview:
+    """The next ``count`` (1..100) run times in the endpoint's zone and UTC, with DST, each
+    run assumed on time and successful; hints and a pause as they are now."""
+    if not 1 <= count <= 100:
+        raise InvalidInput({"count": [f"Ask for 1..100 runs; got {count}."]})
+    endpoint = scoped_endpoint(principal, endpoint_id)
+    zone = ZoneInfo(endpoint.timezone or "UTC")
+    plans = preview_runs(timezone.now(), EndpointSchedule.from_endpoint(endpoint), count)
+    return RunPreview(
+        timezone=endpoint.timezone,
+        runs=[
+            PlannedRun(
+                utc=plan.next_run_at,
+                local=plan.next_run_at.astimezone(zone).isoformat(),
+                source=plan.source,
+            )
+            for plan in plans
+        ],
+    )
 
 
 @operation(

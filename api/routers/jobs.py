@@ -68,7 +68,7 @@ def get_job(principal: Principal, job_id: int) -> Job:
 def update_job(principal: Principal, job_id: int, payload: JobPatch) -> Job:
     """Change a job's name, description or concurrency limit (only the fields given)."""
     job = validated_job(principal, scoped_job(principal, job_id), payload.dict(exclude_unset=True))
-    job.save(update_fields=["name", "description", "max_concurrent", "updated_at"])
+    job.save(update_fields=["name", "description", "max_concurrent", "run_policy", "updated_at"])
     return job
 
 
@@ -78,6 +78,18 @@ def delete_job(principal: Principal, job_id: int) -> Message:
     job = scoped_job(principal, job_id)
     job.delete()
     return Message(detail=f"Job {job.name} deleted.")
+
+
+@operation(router, "post", "/jobs/{job_id}/run", name="run_job_now", response=Message, write=True)
+def run_job_now(principal: Principal, job_id: int) -> Message:
+    """Run every endpoint of the job now through the scheduler (paused ones and runs in
+    flight are left out, and named)."""
+    job = scoped_job(principal, job_id)
+    due, left_out = operations.run_job_now(job, now=timezone.now(), user=principal.user)
+    detail = f"{due} endpoint(s) of {job.name} due now."
+    if left_out:
+        detail += " Left out: " + " ".join(left_out)
+    return Message(detail=detail)
 
 
 @operation(router, "post", "/jobs/{job_id}/pause", name="pause_job", response=JobOut, write=True)

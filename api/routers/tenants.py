@@ -7,7 +7,7 @@ from ninja import Router
 
 from api.auth import Principal, get_scoped, tenants_of
 from api.operations import operation
-from api.schemas import SigningSecretOut, TenantOut
+from api.schemas import Message, SigningSecretOut, TenantOut
 from endpoints import operations
 from endpoints.models import Endpoint, Tenant
 from planner.analysis import tokens_spent_this_month
@@ -61,3 +61,28 @@ def rotate_signing_secret(principal: Principal, tenant_id: int) -> SigningSecret
     tenant = get_scoped(principal, Tenant.objects.all(), "pk", tenant_id)
     secret = operations.rotate_signing_secret(tenant, now=timezone.now())
     return SigningSecretOut(secret=secret, previous_secret_signs_until=tenant.hmac_previous_until)
+
+
+@operation(
+    router, "post", "/tenants/{tenant_id}/pause", name="pause_tenant", response=Message, write=True
+)
+def pause_tenant(principal: Principal, tenant_id: int) -> Message:
+    """Pause every active job of the tenant: nothing of it runs until resume_tenant."""
+    tenant = get_scoped(principal, Tenant.objects.all(), "pk", tenant_id)
+    count = operations.pause_tenant(tenant, now=timezone.now(), user=principal.user)
+    return Message(detail=f"{tenant.name}: {count} job(s) paused.")
+
+
+@operation(
+    router,
+    "post",
+    "/tenants/{tenant_id}/resume",
+    name="resume_tenant",
+    response=Message,
+    write=True,
+)
+def resume_tenant(principal: Principal, tenant_id: int) -> Message:
+    """Resume every paused job of the tenant; each endpoint is planned afresh."""
+    tenant = get_scoped(principal, Tenant.objects.all(), "pk", tenant_id)
+    count = operations.resume_tenant(tenant, now=timezone.now(), user=principal.user)
+    return Message(detail=f"{tenant.name}: {count} job(s) resumed.")

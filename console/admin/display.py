@@ -9,12 +9,15 @@ from __future__ import annotations
 import json
 from datetime import datetime
 from typing import Any
+from zoneinfo import ZoneInfo
 
+from django.contrib import admin
 from django.urls import reverse
-from django.utils.html import format_html
+from django.utils import timezone
+from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 
-from endpoints.governor import SOURCE_WORDS
+from endpoints.governor import SOURCE_WORDS, EndpointSchedule, preview_runs
 from endpoints.models import Endpoint
 from endpoints.schedules import describe_delta, format_interval
 
@@ -123,3 +126,32 @@ def waiting_words(endpoint: Endpoint, now: datetime, *, in_flight_of_job: int) -
             f"{factor} times the interval, next attempt at {when(endpoint.next_run_at)}."
         )
     return ""
+
+
+PREVIEW_RUNS = 5
+
+
+@admin.display(description="next runs")
+def next_runs(model_admin: Any, obj: Endpoint) -> SafeString | str:
+    """The next runs as saved (each on time and successful), in the endpoint's zone with
+    its UTC offset (so DST shows) and in UTC; ``explain --next`` and the API's preview
+    say the same."""
+    if obj.pk is None or obj.archived_at:
+        return "—"
+    try:
+        plans = preview_runs(timezone.now(), EndpointSchedule.from_endpoint(obj), PREVIEW_RUNS)
+    except ValueError as exc:
+        return f"cannot be planned: {exc}"
+    zone = ZoneInfo(obj.timezone or "UTC")
+    return format_html_join(
+        "",
+        "<div class='cc-code'>{} &nbsp;|&nbsp; {} UTC &nbsp;({})</div>",
+        (
+            (
+                plan.next_run_at.astimezone(zone).strftime("%a %Y-%m-%d %H:%M:%S %Z"),
+                plan.next_run_at.astimezone(ZoneInfo("UTC")).strftime("%Y-%m-%d %H:%M:%S"),
+                plan.source,
+            )
+            for plan in plans
+        ),
+    )

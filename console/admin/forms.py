@@ -39,6 +39,13 @@ class BoundedJSONField(forms.JSONField):
         return json_text_depth_problem(text, max_depth=settings.CRONICORN_MAX_JSON_DEPTH)
 
 
+RUN_POLICY_HELP = (
+    'A JSON object, e.g. {"retry_attempts": 3, "body_json_path": "status", '
+    '"body_json_equals": "ok", "breaker_failed_slots": 5, "catchup_window_ms": 3600000, '
+    '"jitter_ms": 30000}; {} keeps the defaults (see the README, "Run policies").'
+)
+
+
 class EndpointAdminForm(EndpointForm):
     """``EndpointForm`` typed by a person: JSON in text areas, help beside each field."""
 
@@ -47,8 +54,10 @@ class EndpointAdminForm(EndpointForm):
             "headers": BoundedJSONField,
             "secret_header_names": BoundedJSONField,
             "body": BoundedJSONField,
+            "run_policy": BoundedJSONField,
         }
         widgets = {
+            "run_policy": forms.Textarea(attrs={"rows": 3, "cols": 70, "class": "cc-code"}),
             "headers": forms.Textarea(attrs={"rows": 3, "cols": 70, "class": "cc-code"}),
             "secret_header_names": forms.Textarea(
                 attrs={"rows": 1, "cols": 70, "class": "cc-code"}
@@ -70,6 +79,7 @@ class EndpointAdminForm(EndpointForm):
             "timezone": "IANA name the cron is read in, e.g. Europe/Berlin.",
             "headers": 'A JSON object, e.g. {"Authorization": "Bearer …"}. Secret values '
             "show as a mask: leave the mask to keep the stored value.",
+            "run_policy": RUN_POLICY_HELP + " Keys given here override the job's.",
             "url": "http:// or https:// URL. A password in it (https://user:pw@host) is a "
             "secret: it shows as a mask; leave the mask to keep it.",
         }

@@ -32,6 +32,7 @@ from console.admin.display import (
     hint_badge,
     hint_summary,
     next_run_words,
+    next_runs,
     pretty_json,
     run_link,
     status_badge,
@@ -150,7 +151,19 @@ class TenantAdmin(NoSecretLookups):
         ("Quotas", {"fields": ("max_endpoints", "min_interval_ms", "monthly_token_budget")}),
         ("Request signing", {"fields": ("hmac_secret", "clear_hmac_secret")}),
     )
-    actions = ("rotate_signing_secret",)
+    actions = ("rotate_signing_secret", "pause_tenants", "resume_tenants")
+
+    @admin.action(description="Pause every job of the selected tenants")
+    def pause_tenants(self, request: HttpRequest, queryset: QuerySet[Tenant]) -> None:
+        for tenant in queryset:
+            count = operations.pause_tenant(tenant, now=timezone.now(), user=request.user)
+            self.message_user(request, f"{tenant.name}: {count} job(s) paused.")
+
+    @admin.action(description="Resume every paused job of the selected tenants")
+    def resume_tenants(self, request: HttpRequest, queryset: QuerySet[Tenant]) -> None:
+        for tenant in queryset:
+            count = operations.resume_tenant(tenant, now=timezone.now(), user=request.user)
+            self.message_user(request, f"{tenant.name}: {count} job(s) resumed.")
 
     @admin.action(description="Rotate the signing secret (the previous one signs for a while)")
     def rotate_signing_secret(self, request: HttpRequest, queryset: QuerySet[Tenant]) -> None:
@@ -223,8 +236,16 @@ class JobAdmin(TenantScopedAdmin):
     list_filter = (("tenant", TenantFilter), "status")
     search_fields = ("name",)
     list_select_related = ("tenant",)
-    actions = ("pause_jobs", "resume_jobs")
-    fields = ("tenant", "name", "description", "status", "max_concurrent", "endpoints_link")
+    actions = ("run_jobs_now", "pause_jobs", "resume_jobs")
+    fields = (
+        "tenant",
+        "name",
+        "description",
+        "status",
+        "max_concurrent",
+        "run_policy",
+        "endpoints_link",
+    )
     readonly_fields = ("endpoints_link",)
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Any]:
@@ -251,6 +272,19 @@ class JobAdmin(TenantScopedAdmin):
             return "—"
         url = reverse("admin:endpoints_endpoint_changelist") + f"?job__id__exact={obj.pk}"
         return format_html('<a href="{}">{} endpoints</a>', url, obj.endpoints_total)
+
+    @admin.action(description="Run every endpoint of the selected jobs now")
+    def run_jobs_now(self, request: HttpRequest, queryset: QuerySet[Job]) -> None:
+        now = timezone.now()
+        for job in queryset:
+            try:
+                due, left_out = operations.run_job_now(job, now=now, user=request.user)
+            except operations.OperationRefused as exc:
+                self.message_user(request, f"{job.name}: {exc}", messages.ERROR)
+                continue
+            self.message_user(request, f"{job.name}: {due} endpoint(s) due now.")
+            for reason in left_out:
+                self.message_user(request, f"{job.name}: left out: {reason}", messages.WARNING)
 
     @admin.action(description="Pause the selected jobs")
     def pause_jobs(self, request: HttpRequest, queryset: QuerySet[Job]) -> None:
@@ -313,6 +347,7 @@ class EndpointAdmin(TenantScopedAdmin):
     actions = tuple(_list_action(name) for name in OPERATIONS)
     readonly_fields = (
         "next_run_explained",
+        "next_runs",
         "waiting",
         "active_hint",
         "pause_state",
@@ -328,12 +363,15 @@ class EndpointAdmin(TenantScopedAdmin):
         ("Limits", {"fields": ("min_interval_ms", "max_interval_ms"),
                     "description": "Hints from the planner always stay inside these bounds."}),
         ("Planner description", {"fields": ("description",)}),
+        ("Run policy", {"fields": ("run_policy",),
+                        "description": "Success criteria, retries, breaker, catch-up, jitter."}),
     )  # fmt: skip
     state_fieldset = (
         "State",
         {
             "fields": (
                 "next_run_explained",
+                "next_runs",
                 "waiting",
                 "active_hint",
                 "pause_state",
@@ -424,6 +462,8 @@ class EndpointAdmin(TenantScopedAdmin):
         return format_html_join(" ", "{}", ((badge,) for badge in badges))
 
     # --- change page ----------------------------------------------------------------------
+
+    next_runs = next_runs  # the preview of the next runs, in the zone and UTC
 
     @admin.display(description="next run")
     def next_run_explained(self, obj: Endpoint) -> SafeString:

@@ -14,6 +14,7 @@ from django.db import models
 
 from endpoints.config_io.documents import ConfigError
 from endpoints.models import HttpMethod
+from endpoints.policies import policy_problems
 from endpoints.schedules import ScheduleError, format_interval, parse_interval
 from endpoints.secrets import (
     SECRET_REFERENCE_PREFIX,
@@ -93,6 +94,17 @@ def _json_value(value: Any) -> Any:
     return value
 
 
+def _run_policy(value: Any) -> dict[str, Any]:
+    """A run policy mapping (``endpoints.policies``); null or {} for the defaults."""
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise _Invalid(f"expected a mapping of policy keys, got {_type_name(value)}")
+    if problems := policy_problems(value):
+        raise _Invalid(" ".join(problems))
+    return value
+
+
 def _type_name(value: Any) -> str:
     names = {dict: "a mapping", list: "a list", str: "text", bool: "true/false"}
     if value is None:
@@ -119,6 +131,7 @@ TENANT_KEYS = {
 JOB_KEYS = {
     "description": Key("description", _text),
     "max_concurrent": Key("max_concurrent", _whole),
+    "run_policy": Key("run_policy", _run_policy),
 }
 ENDPOINT_KEYS = {
     "description": Key("description", _text),
@@ -134,6 +147,7 @@ ENDPOINT_KEYS = {
     "baseline_interval": Key("baseline_interval_ms", _duration, _interval_to_file),
     "min_interval": Key("min_interval_ms", _duration, _interval_to_file),
     "max_interval": Key("max_interval_ms", _duration, _interval_to_file),
+    "run_policy": Key("run_policy", _run_policy),
 }
 CHANNEL_KEYS = {
     "kind": Key("kind", _text),
@@ -438,7 +452,7 @@ def field_default(model: type[models.Model], name: str) -> Any:
 def same_value(name: str, old: Any, new: Any) -> bool:
     if name in ("min_interval_ms", "max_interval_ms"):
         return (old or None) == (new or None)  # zero and empty both mean "no bound"
-    if name in ("headers", "body", "secret_header_names"):
+    if name in ("headers", "body", "secret_header_names", "run_policy"):
         # JSON equality: in Python True == 1, but in a request body they differ.
         return json.dumps(old, sort_keys=True) == json.dumps(new, sort_keys=True)
     return bool(old == new)

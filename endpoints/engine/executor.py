@@ -85,7 +85,8 @@ logger = logging.getLogger("cronicorn.executor")
 
 REDIRECT_STATUSES = frozenset({301, 302, 303, 307, 308})
 
-ResultStatus = Literal["success", "failure", "timeout"]
+# "skipped": never called (later than its catch-up window; endpoints.engine.running).
+ResultStatus = Literal["success", "failure", "timeout", "skipped"]
 # Response JSON nested deeper than this is kept as text.
 RESPONSE_JSON_MAX_DEPTH = 100
 # How long a blocked caller waits beyond a request's deadline before giving up on the loop.

@@ -14,6 +14,9 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any
 
+from django.db import transaction
+from django.db.models import Q
+
 from endpoints.engine import sql
 from endpoints.engine.claiming import Claim
 from endpoints.engine.executor import HttpResult
@@ -22,22 +25,38 @@ from endpoints.engine.sql import ClaimedEndpoint
 from endpoints.governor import (
     BASELINE_INTERVAL,
     HINT_FIELDS,
+    PAUSED,
+    RETRY,
     EndpointSchedule,
     Plan,
     plan_next_run,
 )
 from endpoints.models import (
     Endpoint,
+    HintHistory,
+    HintKind,
     Run,
     RunStatus,
     RunTrigger,
+    Slot,
 )
-from endpoints.schedules import describe_duration
+from endpoints.policies import (
+    BREAKER_HOLD_MS,
+    NEEDS_PERSON,
+    RETRYABLE,
+    PolicyError,
+    RunPolicy,
+    resolve_policy,
+    retry_after_ms,
+)
+from endpoints.policies import DEFAULT as DEFAULT_POLICY
+from endpoints.schedules import describe_duration, format_interval
 
 RESULT_STATUS = {
     "success": RunStatus.SUCCESS,
     "failure": RunStatus.FAILURE,
     "timeout": RunStatus.TIMEOUT,
+    "skipped": RunStatus.SKIPPED,
 }
 NO_HINT: dict[str, Any] = {**dict.fromkeys(HINT_FIELDS), "ai_hint_reason": ""}
 
@@ -52,6 +71,20 @@ class Outcome:
     started: datetime
     finished: datetime
     result: HttpResult
+    # For a failure: policies.RETRYABLE, NEEDS_PERSON or OTHER (decides retry and breaker).
+    failure_kind: str = ""
+
+
+def run_policy_of(endpoint: ClaimedEndpoint) -> RunPolicy:
+    """The endpoint's run policy; the default without parsing when neither it nor its job
+    has one. A stored policy that no longer parses (edited by hand in the database)
+    falls back to the default rather than stopping the endpoint."""
+    if not (endpoint.run_policy or endpoint.job_run_policy):
+        return DEFAULT_POLICY
+    try:
+        return resolve_policy(endpoint.job_run_policy, endpoint.run_policy)
+    except PolicyError:
+        return DEFAULT_POLICY
 
 
 def reschedule(outcome: Outcome, endpoint: ClaimedEndpoint) -> bool:
@@ -65,7 +98,7 @@ def reschedule(outcome: Outcome, endpoint: ClaimedEndpoint) -> bool:
     for _attempt in range(3):
         values = next_state(outcome, endpoint)
         if sql.reschedule_all([(endpoint, outcome.claim.claim_token, values)])[0]:
-            log_rescheduled(outcome, values)
+            after_reschedule(outcome, values)
             return True
         fresh = _reread_own(outcome.claim)
         if fresh is None:
@@ -148,15 +181,56 @@ def endpoint_ref(endpoint_id: int) -> str:
 
 
 def next_state(outcome: Outcome, endpoint: ClaimedEndpoint) -> dict[str, Any]:
-    """What the endpoint becomes after ``outcome``: failure count, hints, next run."""
-    started, finished = outcome.started, outcome.finished
-    failure_count = 0 if outcome.result.status == "success" else endpoint.failure_count + 1
+    """What the endpoint becomes after ``outcome``: failure count, hints, retry, next run.
+
+    A failed attempt the policy may retry (a retryable kind, attempts left) plans the
+    next attempt of the same slot: the failure count stays (a slot counts once, by its
+    last attempt) and the governor weighs the retry against the next slot. A skipped
+    slot (catch-up window) changes no count."""
+    started, finished, result = outcome.started, outcome.finished, outcome.result
+    attempt = endpoint.retry_attempt if endpoint.retry_attempt > 1 else 1
+    if outcome.claim.trigger != RunTrigger.SCHEDULED:
+        attempt = 1
+    retry: dict[str, Any] = {"retry_attempt": 0, "retry_of_run": None}
+    if result.status == "success":
+        failure_count = 0
+    elif result.status == "skipped":
+        failure_count = endpoint.failure_count
+    else:
+        failure_count = endpoint.failure_count + 1
     hints = _hints_after_run(endpoint, started)
     schedule = replace(
         EndpointSchedule.from_endpoint(endpoint),
         failure_count=failure_count,
         **{k: v for k, v in hints.items() if k != "ai_hint_reason"},
     )
+    policy = run_policy_of(endpoint)
+    if (
+        failure_count > endpoint.failure_count
+        and outcome.failure_kind == RETRYABLE
+        and attempt < policy.retry_attempts
+    ):
+        delay = policy.retry_delay(attempt, retry_after_ms(result.headers))
+        planned = plan_next_run(
+            finished,
+            replace(
+                schedule,
+                failure_count=endpoint.failure_count,
+                retry_at=finished + timedelta(milliseconds=delay),
+                retry_attempt=attempt,
+            ),
+        )
+        if planned.source == RETRY:
+            first = endpoint.retry_of_run if attempt > 1 else outcome.run.pk
+            return {
+                "last_run_at": started,
+                "next_run_at": None if endpoint.archived_at is not None else planned.next_run_at,
+                "next_run_source": "" if endpoint.archived_at is not None else RETRY,
+                "failure_count": endpoint.failure_count,
+                **hints,
+                "retry_attempt": attempt + 1,
+                "retry_of_run": first,
+            }
     # Start-to-start cadence, keeping the slot's phase when the start was a little late;
     # a run slower than its interval plans from its end instead, or the endpoint would be
     # due again the moment it finished (trap 3).
@@ -170,6 +244,7 @@ def next_state(outcome: Outcome, endpoint: ClaimedEndpoint) -> dict[str, Any]:
         "next_run_source": "" if archived else plan.source,
         "failure_count": failure_count,
         **hints,
+        **retry,
     }
 
 
@@ -202,6 +277,64 @@ def keep_phase(plan: Plan, claim: Claim, started: datetime, schedule: EndpointSc
     if kept < started + timedelta(milliseconds=floor):
         return plan
     return Plan(kept, plan.source)
+
+
+def breaker_reason(outcome: Outcome, values: Mapping[str, Any]) -> str:
+    """Why the breaker opens after this outcome, in words; "" when it stays closed (the
+    default policy has no breaker). Only a slot's last attempt counts."""
+    if values.get("retry_attempt") or outcome.result.status in ("success", "skipped"):
+        return ""
+    policy = run_policy_of(outcome.endpoint)
+    failures = values["failure_count"]
+    last = outcome.result.error or outcome.result.status
+    if policy.breaker_needs_person and outcome.failure_kind == NEEDS_PERSON:
+        return f"Breaker: a failure a person must fix ({last})"
+    limit = policy.breaker_failed_slots
+    if limit is not None and failures >= limit:
+        return f"Breaker: {failures} failed slots in a row (last: {last})"
+    return ""
+
+
+def open_breaker(outcome: Outcome, reason: str) -> None:
+    """Pause the endpoint (the breaker is open), with the reason in its pause and its
+    hint history, so the pause alert says why. With a cool-down the pause ends by itself
+    and its first run is the probe: a success closes the breaker (the count resets), a
+    failure opens it again. A pause a person set meanwhile is kept."""
+    policy = run_policy_of(outcome.endpoint)
+    now = outcome.finished
+    cooldown = policy.breaker_cooldown_ms
+    hold = cooldown if cooldown is not None else BREAKER_HOLD_MS
+    until = now + timedelta(milliseconds=hold)
+    text = reason + (
+        f"; a probe run after {format_interval(cooldown)}"
+        if cooldown is not None
+        else "; resume it once the cause is fixed"
+    )
+    pk = outcome.claim.endpoint_id
+    with transaction.atomic():
+        # The endpoint's row first, as every writer of both rows locks them.
+        if not Endpoint.objects.filter(
+            Q(paused_until__isnull=True) | Q(paused_until__lte=now), pk=pk
+        ).update(paused_until=until, pause_reason=text[:1000]):
+            return
+        Slot.objects.filter(pk=pk, claim_token__isnull=True).update(
+            next_run_at=until, next_run_source=PAUSED
+        )
+        HintHistory.objects.create(
+            endpoint_id=pk,
+            kind=HintKind.PAUSE,
+            paused_until=until,
+            reason=text[:1000],
+            created_at=now,
+        )
+    log_event(logging.WARNING, text, claim=outcome.claim, run_id=outcome.run.pk)
+
+
+def after_reschedule(outcome: Outcome, values: Mapping[str, Any]) -> None:
+    """Once the outcome is written: its line, and the breaker if it opens."""
+    log_rescheduled(outcome, values)
+    if reason := breaker_reason(outcome, values):
+        open_breaker(outcome, reason)
 
 
 def _hints_after_run(endpoint: ClaimedEndpoint, started: datetime) -> dict[str, Any]:

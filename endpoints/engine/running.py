@@ -14,7 +14,7 @@ import time
 from collections.abc import Iterable, Sequence
 from concurrent.futures import Future
 from contextlib import AbstractContextManager, nullcontext
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -31,12 +31,14 @@ from django.db.models import F, Value
 from django.db.models.functions import Concat
 from django.utils import timezone
 
+from endpoints import policies
 from endpoints.engine import metrics, sql
 from endpoints.engine.claiming import Claim, release_claims
 from endpoints.engine.executor import (
     HttpRequest,
     HttpResult,
     NetworkPolicy,
+    ResultStatus,
     perform_request,
     submit_request,
 )
@@ -44,10 +46,11 @@ from endpoints.engine.logs import log_context, log_event
 from endpoints.engine.outcomes import (
     RESULT_STATUS,
     Outcome,
-    log_rescheduled,
+    after_reschedule,
     next_state,
     reschedule,
     reschedule_after_conflict,
+    run_policy_of,
 )
 from endpoints.engine.sql import ClaimedEndpoint
 from endpoints.governor import EndpointSchedule, plan_next_run
@@ -58,7 +61,9 @@ from endpoints.models import (
     RunStatus,
     RunTrigger,
     Slot,
+    Source,
 )
+from endpoints.schedules import describe_duration
 from endpoints.secrets import strip_userinfo
 
 # The database is away (restart, failover, network): worth trying the same writes again,
@@ -87,15 +92,74 @@ class Started:
 
     def call(self, *, policy: NetworkPolicy | None = None) -> Future[HttpResult]:
         """Start the request on the HTTP event loop; the future resolves with its result."""
+        if (skipped := self._skipped()) is not None:
+            done: Future[HttpResult] = Future()
+            done.set_result(skipped)
+            return done
         with self._log_context():
             return submit_request(self._request(), policy=policy)
 
     def call_and_wait(self, *, policy: NetworkPolicy | None = None) -> HttpResult:
+        if (skipped := self._skipped()) is not None:
+            return skipped
         with self._log_context():
             return perform_request(self._request(), policy=policy)
 
     def outcome(self, result: HttpResult) -> Outcome:
-        return Outcome(self.endpoint, self.claim, self.run, self.started, timezone.now(), result)
+        """The outcome, judged by the run policy's success criteria (none by default:
+        the executor's verdict, 2xx, stands and nothing more is computed)."""
+        kind = ""
+        policy = run_policy_of(self.endpoint)
+        if result.status in ("success", "failure", "timeout"):
+            if policy.checks_success:
+                verdict = policies.judge(
+                    policy,
+                    status=result.status,
+                    status_code=result.status_code,
+                    body=result.body,
+                    duration_ms=result.duration_ms,
+                    error=result.error,
+                )
+                kind = verdict.kind
+                if verdict.success and result.status != "success":
+                    result = replace(result, status="success", error="")
+                elif not verdict.success:
+                    failed: ResultStatus = "timeout" if result.status == "timeout" else "failure"
+                    result = replace(result, status=failed, error=verdict.reason or result.error)
+            elif result.status != "success":
+                kind = policies.classify(result.status, result.status_code)
+        return Outcome(
+            self.endpoint, self.claim, self.run, self.started, timezone.now(), result, kind
+        )
+
+    def _skipped(self) -> HttpResult | None:
+        """A scheduled slot found later than the catch-up window is not called (the
+        default policy has no window: always run once, however late)."""
+        endpoint = self.endpoint
+        if not (endpoint.run_policy or endpoint.job_run_policy):
+            return None
+        window = run_policy_of(endpoint).catchup_window_ms
+        if window is None or self.claim.trigger != RunTrigger.SCHEDULED:
+            return None
+        if self.claim.source in (Source.MANUAL, Source.RETRY) or endpoint.retry_attempt:
+            return None
+        late = self.started - self.claim.scheduled_for
+        if late <= timedelta(milliseconds=window):
+            return None
+        return HttpResult(
+            status="skipped",
+            status_code=None,
+            body=None,
+            truncated=False,
+            size_bytes=0,
+            duration_ms=0,
+            error=(
+                f"Skipped: found {describe_duration(int(late.total_seconds() * 1000))} late, "
+                f"more than the catch-up window ({describe_duration(window)}); "
+                "the next slot is planned instead"
+            ),
+            final_url="",
+        )
 
     def _request(self) -> HttpRequest:
         return request_for(
@@ -264,7 +328,7 @@ def record_outcomes(outcomes: Sequence[Outcome]) -> None:
         _log_finish(outcome, updated)
     for (outcome, values), ok in zip(reschedules, won, strict=True):
         if ok:
-            log_rescheduled(outcome, values)
+            after_reschedule(outcome, values)
             continue
         try:
             reschedule_after_conflict(outcome)
@@ -443,6 +507,7 @@ def _start_run(endpoint: ClaimedEndpoint, claim: Claim, started: datetime) -> Ru
         _log_redelivered(claim, previous)
         return None
     _mark_lost(previous, started, _lost_reason(previous, claim))
+    fields.pop("retry_of_id")  # a lost run's retry links to the lost run
     fields.update(trigger=RunTrigger.RETRY, attempt=previous.attempt + 1, retry_of=previous)
     try:
         with statement_guard():
@@ -488,10 +553,19 @@ def _run_fields(endpoint: ClaimedEndpoint, claim: Claim, started: datetime) -> d
         "lease_expires_at": endpoint.locked_until,
         "request_method": endpoint.method,
         "request_url": strip_userinfo(endpoint.url),  # the password is a secret
-        "attempt": 1,
+        # A retry within the slot (run policy) is the attempt the endpoint planned,
+        # linked to the slot's first run; anything else starts a slot (attempt 1).
+        "attempt": _attempt(endpoint, claim),
+        "retry_of_id": endpoint.retry_of_run if _attempt(endpoint, claim) > 1 else None,
         "response_truncated": False,
         "error": "",
     }
+
+
+def _attempt(endpoint: ClaimedEndpoint, claim: Claim) -> int:
+    if endpoint.retry_attempt > 1 and claim.trigger == RunTrigger.SCHEDULED:
+        return endpoint.retry_attempt
+    return 1
 
 
 def _latest_attempt(endpoint_id: int, scheduled_for: datetime) -> Run | None:

@@ -69,6 +69,11 @@ class ClaimedEndpoint:
     hmac_secret: str
     hmac_secret_previous: str  # during a rotation's grace period, else ""
     tenant_min_interval_ms: int
+    # Run policy (endpoints.policies): both empty in the common case, which costs nothing.
+    run_policy: dict[str, Any]
+    job_run_policy: dict[str, Any]
+    retry_attempt: int
+    retry_of_run: int | None
 
     def is_paused(self, now: datetime) -> bool:
         return self.paused_until is not None and self.paused_until > now
@@ -84,6 +89,7 @@ _JOINED = {
         " THEN t.hmac_secret_previous ELSE '' END"
     ),
     "tenant_min_interval_ms": "t.min_interval_ms",
+    "job_run_policy": "j.run_policy",
 }
 _COLUMNS = [f.name for f in fields(ClaimedEndpoint)]
 # Built from our own column names; values are always parameters.
@@ -361,7 +367,9 @@ def _adapting_field(model: type[Model], name: str) -> Field[Any, Any] | None:
 
 
 def _from_db(model: type[Model], name: str, value: Any) -> Any:
-    if value is None or name in _JOINED:
+    if name == "job_run_policy":  # the job's JSON column, decoded as the endpoint's is
+        name = "run_policy"
+    elif value is None or name in _JOINED:
         return value
     field = model._meta.get_field(name)
     if isinstance(field, DateTimeField):

@@ -10,7 +10,7 @@ from django.core.management.base import CommandError, CommandParser
 from django.utils.dateparse import parse_datetime
 
 from endpoints.governor import SOURCE_WORDS
-from endpoints.models import Endpoint, Job
+from endpoints.models import Endpoint, Job, Tenant
 from endpoints.schedules import ScheduleError, describe_delta, parse_interval
 from endpoints.validation import longest_problem
 
@@ -39,6 +39,18 @@ def find_job(ref: str) -> Job:
         return jobs[0]
     problem = f"No job {ref!r}" if not jobs else f"Job name {ref!r} is used by several tenants"
     raise CommandError(f"{problem}; give the job's name or id (see manage.py endpoints).")
+
+
+def find_tenant(ref: str) -> Tenant:
+    """The tenant named ``ref`` (or with that id); CommandError if none."""
+    tenant = (
+        Tenant.objects.filter(pk=int(ref)).first()
+        if ref.isdigit()
+        else Tenant.objects.filter(name=ref).first()
+    )
+    if tenant is None:
+        raise CommandError(f"No tenant {ref!r}; give the tenant's name or id.")
+    return tenant
 
 
 def parse_when(text: str, *, option: str) -> datetime:

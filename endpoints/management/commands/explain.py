@@ -3,11 +3,19 @@
 from __future__ import annotations
 
 from typing import Any
+from zoneinfo import ZoneInfo
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.utils import timezone
 
-from endpoints.governor import SOURCE_WORDS, Decision, EndpointSchedule, decide
+from endpoints.governor import (
+    SOURCE_WORDS,
+    Decision,
+    EndpointSchedule,
+    Plan,
+    decide,
+    preview_runs,
+)
 from endpoints.management.commands._shared import (
     add_endpoint_argument,
     find_endpoint,
@@ -34,19 +42,55 @@ class Command(BaseCommand):
             metavar="ISO",
             help="Plan as of this time instead of now (ISO 8601; UTC when no offset).",
         )
+        parser.add_argument(
+            "--next",
+            type=int,
+            metavar="N",
+            default=0,
+            help="Also list the next N run times (1..100) in the endpoint's zone and UTC, "
+            "each run assumed on time and successful.",
+        )
         parser.add_argument("--json", action="store_true", help="JSON, for scripts.")
 
     def handle(self, *args: Any, **options: Any) -> None:
         endpoint = find_endpoint(options["endpoint"])
         now = parse_when(options["at"], option="--at") if options["at"] else timezone.now()
+        count = options["next"]
+        if not 0 <= count <= MAX_PREVIEW:
+            raise CommandError(f"--next takes 1..{MAX_PREVIEW} runs; got {count}.")
         try:
-            decision = decide(now, EndpointSchedule.from_endpoint(endpoint))
+            schedule = EndpointSchedule.from_endpoint(endpoint)
+            decision = decide(now, schedule)
+            planned = preview(endpoint, preview_runs(now, schedule, count))
         except ValueError as exc:
             raise CommandError(f"{endpoint.ref} cannot be planned: {exc}") from None
         if options["json"]:
-            self.stdout.write(to_json(as_json(endpoint, decision)))
+            document = as_json(endpoint, decision)
+            if count:
+                document["next"] = planned
+            self.stdout.write(to_json(document))
         else:
             self.stdout.write(as_text(endpoint, decision))
+            if count:
+                self.stdout.write(f"Next {count} runs ({endpoint.timezone} | UTC):")
+                for item in planned:
+                    self.stdout.write(f"  {item['local']}  |  {item['utc']}  ({item['source']})")
+
+
+MAX_PREVIEW = 100
+
+
+def preview(endpoint: Endpoint, plans: list[Plan]) -> list[dict[str, str]]:
+    """Each planned run in the endpoint's zone (with its UTC offset, so DST shows) and UTC."""
+    zone = ZoneInfo(endpoint.timezone or "UTC")
+    return [
+        {
+            "local": plan.next_run_at.astimezone(zone).strftime("%Y-%m-%d %H:%M:%S %Z%z"),
+            "utc": iso(plan.next_run_at) or "",
+            "source": plan.source,
+        }
+        for plan in plans
+    ]
 
 
 def as_json(endpoint: Endpoint, decision: Decision) -> dict[str, Any]:

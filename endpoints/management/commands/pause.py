@@ -12,10 +12,11 @@ from endpoints.management.commands._shared import (
     describe_endpoint_state,
     find_endpoint,
     find_job,
+    find_tenant,
     parse_duration,
     parse_when,
 )
-from endpoints.operations import OperationRefused, pause_endpoint, pause_job
+from endpoints.operations import OperationRefused, pause_endpoint, pause_job, pause_tenant
 
 
 class Command(BaseCommand):
@@ -43,11 +44,25 @@ class Command(BaseCommand):
         )
         parser.add_argument("--reason", default="", help="Why; shown in the hint history.")
         parser.add_argument("--job", metavar="JOB", help="Pause this whole job (name or id).")
+        parser.add_argument(
+            "--tenant",
+            metavar="TENANT",
+            help="Pause every active job of this tenant until 'resume --tenant TENANT'.",
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         now = timezone.now()
         try:
-            if options["job"]:
+            if options["tenant"]:
+                if options["endpoint"] or options["job"] or options["duration"] or options["until"]:
+                    raise CommandError("--tenant pauses a whole tenant; give nothing else.")
+                tenant = find_tenant(options["tenant"])
+                count = pause_tenant(tenant, now=now)
+                self.stdout.write(
+                    f"{tenant.name}: {count} job(s) paused; resume with: "
+                    f"manage.py resume --tenant {tenant.name}"
+                )
+            elif options["job"]:
                 self.pause_job(options, now)
             else:
                 self.pause_endpoint(options, now)

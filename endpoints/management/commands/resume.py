@@ -12,8 +12,9 @@ from endpoints.management.commands._shared import (
     describe_endpoint_state,
     find_endpoint,
     find_job,
+    find_tenant,
 )
-from endpoints.operations import OperationRefused, resume_endpoint, resume_job
+from endpoints.operations import OperationRefused, resume_endpoint, resume_job, resume_tenant
 
 
 class Command(BaseCommand):
@@ -28,12 +29,21 @@ class Command(BaseCommand):
         )
         parser.add_argument("--reason", default="", help="Why; shown in the hint history.")
         parser.add_argument("--job", metavar="JOB", help="Resume this whole job (name or id).")
+        parser.add_argument(
+            "--tenant", metavar="TENANT", help="Resume every paused job of this tenant."
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         now = timezone.now()
-        if bool(options["job"]) == bool(options["endpoint"]):
-            raise CommandError("Give either an ENDPOINT or --job JOB.")
+        given = [name for name in ("endpoint", "job", "tenant") if options[name]]
+        if len(given) != 1:
+            raise CommandError("Give either an ENDPOINT or --job JOB (or --tenant TENANT).")
         try:
+            if options["tenant"]:
+                tenant = find_tenant(options["tenant"])
+                count = resume_tenant(tenant, now=now)
+                self.stdout.write(f"{tenant.name}: {count} job(s) resumed.")
+                return
             if options["job"]:
                 job = find_job(options["job"])
                 resume_job(job, now=now)

@@ -7,8 +7,8 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.utils import timezone
 
-from endpoints.management.commands._shared import add_endpoint_argument, find_endpoint
-from endpoints.operations import OperationRefused, run_now
+from endpoints.management.commands._shared import REF_HELP, find_endpoint, find_job
+from endpoints.operations import OperationRefused, run_job_now, run_now
 
 
 class Command(BaseCommand):
@@ -20,9 +20,26 @@ class Command(BaseCommand):
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
-        add_endpoint_argument(parser)
+        parser.add_argument(
+            "endpoint", nargs="?", metavar="ENDPOINT", help=REF_HELP.capitalize() + "."
+        )
+        parser.add_argument("--job", metavar="JOB", help="Run every endpoint of this job now.")
 
     def handle(self, *args: Any, **options: Any) -> None:
+        if options["job"]:
+            if options["endpoint"]:
+                raise CommandError("Give either ENDPOINT or --job JOB, not both.")
+            job = find_job(options["job"])
+            try:
+                due, left_out = run_job_now(job, now=timezone.now())
+            except OperationRefused as exc:
+                raise CommandError(str(exc)) from None
+            self.stdout.write(f"{due} endpoint(s) of job {job.name} due now.")
+            for reason in left_out:
+                self.stderr.write(f"left out: {reason}")
+            return
+        if not options["endpoint"]:
+            raise CommandError("Name the ENDPOINT to run (job/endpoint or id), or use --job.")
         endpoint = find_endpoint(options["endpoint"])
         try:
             run_now(endpoint, now=timezone.now())

@@ -1,0 +1,258 @@
+"""Run policies end to end: the in-process scheduler (what ``runscheduler`` runs) against a
+real HTTP target on 127.0.0.1 whose answers are switched during the test."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from django.core.exceptions import ValidationError
+from django.utils import timezone
+
+from endpoints.embedded import EmbeddedScheduler
+from endpoints.models import (
+    Endpoint,
+    HintHistory,
+    HintKind,
+    Job,
+    Run,
+    RunStatus,
+    RunTrigger,
+    Slot,
+)
+from notifications.alerts import detect_changes
+from notifications.models import AlertKind
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("loopback_allowed")]
+
+DAY_MS = 86_400_000
+
+
+@pytest.fixture
+def scheduler():
+    embedded = EmbeddedScheduler(max_in_flight=4)
+    yield embedded
+    embedded.shutdown(timeout=10)
+
+
+def tick_until(scheduler: EmbeddedScheduler, condition: Callable[[], bool], timeout: float) -> bool:
+    """Tick as ``runscheduler`` does (every 0.2 s here) until ``condition`` or ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        scheduler.tick_once()
+        if condition():
+            return True
+        time.sleep(0.2)
+    return condition()
+
+
+def policy_job(job: Job, **policy: Any) -> Job:
+    job.run_policy = policy
+    job.full_clean()
+    job.save()
+    return job
+
+
+def runs(endpoint: Endpoint) -> list[Run]:
+    return list(Run.objects.filter(endpoint=endpoint).order_by("pk"))
+
+
+def finished(endpoint: Endpoint, count: int) -> Callable[[], bool]:
+    return lambda: (
+        Run.objects.filter(endpoint=endpoint).exclude(status=RunStatus.RUNNING).count() >= count
+        and Slot.objects.filter(pk=endpoint.pk, claim_token__isnull=True).exists()
+    )
+
+
+def test_a_daily_endpoint_with_one_transient_503_succeeds_on_its_retry(
+    scheduler, job, make_endpoint, target
+):
+    policy_job(job, retry_attempts=3, retry_delay_ms=1_000)
+    target.reply("/flaky", status=503, action=lambda: target.reply("/flaky", status=200))
+    endpoint = make_endpoint(
+        url=target.url("/flaky"), baseline_interval_ms=DAY_MS, next_run_at=timezone.now()
+    )
+
+    assert tick_until(scheduler, finished(endpoint, 2), timeout=20)
+
+    first, second = runs(endpoint)
+    assert (first.status, first.status_code, first.attempt) == (RunStatus.FAILURE, 503, 1)
+    assert (second.status, second.attempt, second.retry_of_id) == (RunStatus.SUCCESS, 2, first.pk)
+    assert second.trigger == RunTrigger.SCHEDULED and second.source == "retry"
+    # The retry waited the policy's delay (1 s) after the failed attempt, not a day.
+    assert timedelta(seconds=1) <= second.started_at - first.finished_at < timedelta(seconds=5)
+    endpoint.refresh_from_db()
+    assert (endpoint.failure_count, endpoint.retry_attempt, endpoint.retry_of_run) == (0, 0, None)
+    # The next slot is a day after the retry's start (no backoff: the slot succeeded).
+    assert endpoint.next_run_at - second.started_at == timedelta(days=1)
+
+
+def test_retries_stop_after_the_attempts_and_the_slot_fails_once(
+    scheduler, job, make_endpoint, target
+):
+    policy_job(job, retry_attempts=2, retry_delay_ms=1_000)
+    target.reply("/down", status=500)
+    endpoint = make_endpoint(
+        url=target.url("/down"), baseline_interval_ms=DAY_MS, next_run_at=timezone.now()
+    )
+
+    assert tick_until(scheduler, finished(endpoint, 2), timeout=20)
+    time.sleep(1.5)
+    scheduler.tick_once()
+
+    assert [run.attempt for run in runs(endpoint)] == [1, 2]
+    endpoint.refresh_from_db()
+    assert endpoint.failure_count == 1  # one failed slot, however many attempts
+    # Backed off, but capped at the default cap: max(a day, 1 h) = a day, not two.
+    started = runs(endpoint)[-1].started_at
+    assert endpoint.next_run_at - started == timedelta(days=1)
+
+
+def test_a_401_is_not_retried_and_trips_the_breaker_when_so_configured(
+    scheduler, job, make_endpoint, target
+):
+    policy_job(job, retry_attempts=3, retry_delay_ms=1_000, breaker_needs_person=True)
+    target.reply("/locked", status=401)
+    endpoint = make_endpoint(url=target.url("/locked"), next_run_at=timezone.now())
+
+    assert tick_until(
+        scheduler,
+        lambda: Endpoint.objects.filter(pk=endpoint.pk, paused_until__isnull=False).exists(),
+        timeout=20,
+    )
+    time.sleep(1.5)
+    scheduler.tick_once()
+
+    assert len(target.hits("/locked")) == 1  # not retried
+    endpoint.refresh_from_db()
+    assert endpoint.paused_until > timezone.now() + timedelta(days=300)
+    assert endpoint.pause_reason.startswith("Breaker: a failure a person must fix")
+    assert "401" in endpoint.pause_reason
+    pause = HintHistory.objects.get(endpoint=endpoint, kind=HintKind.PAUSE)
+    assert pause.reason == endpoint.pause_reason
+    assert Slot.objects.get(pk=endpoint.pk).next_run_at == endpoint.paused_until
+
+    # The existing pause alert says why, once.
+    now = timezone.now()
+    paused_alerts = [a for a in detect_changes(now=now) if a.kind == AlertKind.PAUSED]
+    assert len(paused_alerts) == 1
+    assert "Breaker: a failure a person must fix" in paused_alerts[0].detail
+    assert not [a for a in detect_changes(now=now) if a.kind == AlertKind.PAUSED]
+
+
+def test_the_breaker_opens_after_n_failed_slots_and_its_cooldown_probe_closes_it(
+    scheduler, job, make_endpoint, target
+):
+    policy_job(job, breaker_failed_slots=2, breaker_cooldown_ms=2_000)
+    target.reply("/bad", status=500)
+    endpoint = make_endpoint(
+        url=target.url("/bad"), baseline_interval_ms=1_000, next_run_at=timezone.now()
+    )
+
+    assert tick_until(
+        scheduler,
+        lambda: Endpoint.objects.filter(pk=endpoint.pk, paused_until__isnull=False).exists(),
+        timeout=20,
+    )
+    endpoint.refresh_from_db()
+    assert endpoint.pause_reason.startswith("Breaker: 2 failed slots in a row")
+    assert "a probe run after 2s" in endpoint.pause_reason
+    target.reply("/bad", status=200)
+
+    assert tick_until(
+        scheduler, lambda: Run.objects.filter(endpoint=endpoint, status="success").exists(), 20
+    )
+    endpoint.refresh_from_db()
+    assert endpoint.failure_count == 0  # the probe succeeded: closed again
+
+
+def test_200_with_status_error_fails_a_body_check_in_words(scheduler, job, make_endpoint, target):
+    policy_job(job, body_json_path="status", body_json_equals="ok")
+    target.reply("/status", status=200, body={"status": "error"})
+    endpoint = make_endpoint(url=target.url("/status"), next_run_at=timezone.now())
+
+    assert tick_until(scheduler, finished(endpoint, 1), timeout=20)
+
+    [run] = runs(endpoint)
+    assert (run.status, run.status_code) == (RunStatus.FAILURE, 200)
+    assert run.error == 'status is "error", expected "ok"'
+    endpoint.refresh_from_db()
+    assert endpoint.failure_count == 1
+
+
+def test_expected_status_may_accept_a_non_2xx_answer(scheduler, job, make_endpoint, target):
+    target.reply("/gone", status=404)
+    endpoint = make_endpoint(
+        url=target.url("/gone"), next_run_at=timezone.now(), run_policy={"expected_status": [404]}
+    )
+
+    assert tick_until(scheduler, finished(endpoint, 1), timeout=20)
+
+    [run] = runs(endpoint)
+    assert (run.status, run.status_code, run.error) == (RunStatus.SUCCESS, 404, "")
+
+
+def test_a_slow_answer_fails_the_maximum_duration(scheduler, job, make_endpoint, target):
+    policy_job(job, max_duration_ms=300)
+    target.reply("/slow", delay=0.8)
+    endpoint = make_endpoint(url=target.url("/slow"), next_run_at=timezone.now())
+
+    assert tick_until(scheduler, finished(endpoint, 1), timeout=20)
+
+    [run] = runs(endpoint)
+    assert run.status == RunStatus.FAILURE
+    assert "more than the maximum duration of 300 ms" in run.error
+
+
+def test_a_run_found_later_than_the_catchup_window_is_skipped_and_recorded(
+    scheduler, job, make_endpoint, target
+):
+    policy_job(job, catchup_window_ms=60_000)
+    missed = timezone.now() - timedelta(hours=6)
+    endpoint = make_endpoint(
+        url=target.url("/report"), baseline_cron="0 9 * * *", next_run_at=missed
+    )
+
+    assert tick_until(scheduler, finished(endpoint, 1), timeout=20)
+
+    [run] = runs(endpoint)
+    assert run.status == RunStatus.SKIPPED
+    assert run.scheduled_for == missed
+    assert run.error.startswith("Skipped: found 6.0 h late")
+    assert "catch-up window (1.0 min)" in run.error
+    assert target.hits("/report") == []  # never called
+    endpoint.refresh_from_db()
+    assert endpoint.failure_count == 0
+    assert endpoint.next_run_at > timezone.now()  # the next 09:00
+
+
+def test_without_a_catchup_window_a_late_run_still_runs_once(scheduler, job, make_endpoint, target):
+    endpoint = make_endpoint(
+        url=target.url("/report"),
+        baseline_cron="0 9 * * *",
+        next_run_at=timezone.now() - timedelta(hours=6),
+    )
+
+    assert tick_until(scheduler, finished(endpoint, 1), timeout=20)
+
+    assert [run.status for run in runs(endpoint)] == [RunStatus.SUCCESS]
+    assert len(target.hits("/report")) == 1
+
+
+def test_policies_are_validated_with_the_key_and_the_fix(job, make_endpoint):
+    job.run_policy = {"retry_attempts": 0, "jitter": 5, "retry_backoff": "linear"}
+    with pytest.raises(ValidationError) as caught:
+        job.full_clean()
+    messages = caught.value.message_dict["run_policy"]
+    assert any(m.startswith("retry_attempts: must be between 1 and 10") for m in messages)
+    assert any(m.startswith("jitter: not a policy key") for m in messages)
+    assert any("retry_backoff" in m and '"fixed"' in m for m in messages)
+
+    with pytest.raises(ValidationError) as caught:
+        make_endpoint(run_policy={"expected_status": ["2xy"], "body_json_equals": 1})
+    assert "run_policy" in caught.value.message_dict
+    with pytest.raises(ValidationError):
+        make_endpoint(run_policy=["retry_attempts"])
