@@ -25,6 +25,7 @@ from endpoints.models import (
 )
 from notifications.alerts import detect_changes
 from notifications.models import AlertKind
+from tests.planning import planned_after
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("loopback_allowed")]
 
@@ -86,8 +87,8 @@ def test_a_daily_endpoint_with_one_transient_503_succeeds_on_its_retry(
     assert timedelta(seconds=1) <= second.started_at - first.finished_at < timedelta(seconds=5)
     endpoint.refresh_from_db()
     assert (endpoint.failure_count, endpoint.retry_attempt, endpoint.retry_of_run) == (0, 0, None)
-    # The next slot is a day after the retry's start (no backoff: the slot succeeded).
-    assert endpoint.next_run_at - second.started_at == timedelta(days=1)
+    # The next slot is a day after the retry (no backoff: the slot succeeded).
+    assert endpoint.next_run_at == planned_after(second, timedelta(days=1))
 
 
 def test_retries_stop_after_the_attempts_and_the_slot_fails_once(
@@ -107,8 +108,7 @@ def test_retries_stop_after_the_attempts_and_the_slot_fails_once(
     endpoint.refresh_from_db()
     assert endpoint.failure_count == 1  # one failed slot, however many attempts
     # Backed off, but capped at the default cap: max(a day, 1 h) = a day, not two.
-    started = runs(endpoint)[-1].started_at
-    assert endpoint.next_run_at - started == timedelta(days=1)
+    assert endpoint.next_run_at == planned_after(runs(endpoint)[-1], timedelta(days=1))
 
 
 def test_a_401_is_not_retried_and_trips_the_breaker_when_so_configured(
