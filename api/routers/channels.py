@@ -93,6 +93,7 @@ def update_channel(principal: Principal, channel_id: int, payload: ChannelPatch)
     name="delete_channel",
     response=Message,
     write=True,
+    destructive=True,
 )
 def delete_channel(principal: Principal, channel_id: int) -> Message:
     """Delete an alert channel with its delivery records."""
