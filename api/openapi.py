@@ -97,8 +97,11 @@ def _parameters(op: Operation, operation: dict[str, Any]) -> None:
         schema = parameter["schema"]
         if bounds:
             for branch in schema.get("anyOf", [schema]):
+                numeric = {k: v for k, v in bounds.items() if k in ("minimum", "maximum")}
                 if branch.get("type") == "integer":
-                    branch.update(bounds)
+                    branch.update(numeric)
+                if branch.get("type") == "string" and "maxLength" in bounds:
+                    branch["maxLength"] = bounds["maxLength"]
         if parameter["in"] == "query" and "example" not in parameter:
             example = _parameter_example(parameter["name"], schema)
             if example is not None:
@@ -132,7 +135,7 @@ def _parameter_example(name: str, schema: dict[str, Any]) -> Any:
 
 def _statuses(op: Operation) -> list[int]:
     statuses = [401, 422, 429]
-    if op.body is not None:
+    if op.body is not None or op.query_names & {"cursor", "search"}:
         statuses.append(400)
     if op.write:
         statuses += [403, 409]
@@ -164,8 +167,19 @@ def _responses(op: Operation, operation: dict[str, Any], schemas: dict[str, Any]
                 }
             }
     for status in _statuses(op):
+        description = ERROR_DESCRIPTIONS[status]
+        if status == 400:
+            description = " ".join(
+                reason
+                for reason, applies in (
+                    ("The body is not JSON (Cannot parse request body).", op.body is not None),
+                    ("The cursor is not one this API gave out.", "cursor" in op.query_names),
+                    ("The search text is too long.", "search" in op.query_names),
+                )
+                if applies
+            )
         response: dict[str, Any] = {
-            "description": ERROR_DESCRIPTIONS[status],
+            "description": description,
             "content": {
                 PROBLEM_TYPE: {
                     "schema": {"$ref": "#/components/schemas/Problem"},

@@ -11,6 +11,7 @@ from pydantic import Field
 from pydantic.fields import FieldInfo
 
 from api.pagination import DEFAULT_LIMIT, MAX_LIMIT
+from api.routers.endpoints import MAX_SEARCH_CHARS
 
 if TYPE_CHECKING:
     from api.operations import Operation
@@ -35,7 +36,11 @@ PARAMETERS: dict[str, dict[str, Any]] = {
         "ge": 1,
         "le": MAX_LIMIT,
     },
-    "search": {"description": "Only those with this text in their name or URL (any case)."},
+    "search": {
+        "description": "Only those with this text in their name or URL (any case), "
+        f"at most {MAX_SEARCH_CHARS} characters.",
+        "max_length": MAX_SEARCH_CHARS,
+    },
     "since": {"description": "Only runs started at or after this time (ISO 8601)."},
     "until": {"description": "Only runs started before this time (ISO 8601)."},
 }
