@@ -23,12 +23,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from django.utils import timezone
 from mcp import Client
 from mcp.client.stdio import StdioServerParameters
 from mcp.shared.exceptions import MCPError
 
 from api.mcp_server import TOPICS
 from endpoints.models import Endpoint, Job, JobStatus
+from notifications.models import AlertState
 from tests.api_world import ApiWorld, build_api_world
 from tests.engine_processes import ROOT, child_database_url, process_env
 from tests.http_targets import TargetServer
@@ -42,7 +44,10 @@ Step = tuple[str, Callable[[State], dict[str, Any]], str | None]
 
 @pytest.fixture
 def api_world(transactional_db: None) -> ApiWorld:
-    return build_api_world()
+    world = build_api_world()
+    # A failing episode alerts have raised, for acknowledge_alert to acknowledge.
+    AlertState.objects.create(endpoint=world.a.endpoint, failing=True, failing_since=timezone.now())
+    return world
 
 
 @pytest.fixture
@@ -120,6 +125,7 @@ def valid_steps(world: ApiWorld, target_url: str) -> list[Step]:
         ("set_alert_rule", lambda s: {**job(s), "after_failures": 2, "stale_factor": 3}, "rule"),
         ("list_alert_rules", lambda s: {}, None),
         ("remove_alert_rule", lambda s: {"rule_id": s["rule"]}, None),
+        ("acknowledge_alert", lambda s: {"endpoint_id": a.endpoint.pk}, None),
         ("delete_channel", channel, None),
         ("archive_endpoint", endpoint, None),
         ("delete_endpoint", endpoint, None),
