@@ -85,6 +85,8 @@ class NotFound(HttpError):
 
 def get_scoped(principal: Principal, queryset: QuerySet[M], tenant_path: str, pk: Any) -> M:
     """The object with ``pk`` if the caller's tenants hold it; 404 otherwise."""
+    if isinstance(pk, int) and not 1 <= pk < 2**63:
+        raise NotFound(str(queryset.model._meta.verbose_name), pk)  # no such row can exist
     # order_by(): first() would sort by Meta.ordering, joining the tables it names.
     found = principal.scope(queryset, tenant_path).filter(pk=pk).order_by().first()
     if found is None:

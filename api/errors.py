@@ -31,7 +31,9 @@ def problem_for(exc: Exception) -> Problem | None:
         errors = exc.message_dict if hasattr(exc, "error_dict") else {"__all__": exc.messages}
         return _problem(422, "The input is invalid; fix the fields listed.", errors)
     if isinstance(exc, NinjaValidationError):
-        return _problem(422, "The input is invalid; fix the fields listed.", _pydantic(exc.errors))
+        return _problem(
+            422, "The input is invalid; fix the fields listed.", readable_errors(exc.errors)
+        )
     if isinstance(exc, OperationRefused):
         return _problem(409, str(exc))
     if isinstance(exc, Throttled):
@@ -47,7 +49,9 @@ def _problem(status: int, detail: str, errors: dict[str, list[str]] | None = Non
     )
 
 
-def _pydantic(errors: list[dict[str, Any]]) -> dict[str, list[str]]:
+def readable_errors(errors: Any) -> dict[str, list[str]]:
+    """pydantic's errors as messages per field (dotted path), without the rejected value
+    or pydantic's documentation links."""
     fields: dict[str, list[str]] = {}
     for error in errors:
         # ninja's locations start with where the value came from: body, query, path.
@@ -58,7 +62,12 @@ def _pydantic(errors: list[dict[str, Any]]) -> dict[str, list[str]]:
     return fields
 
 
-def _message(error: dict[str, Any]) -> str:
-    message = str(error.get("msg", "Invalid value."))
+def _message(error: Any) -> str:
+    kind = error.get("type")
+    if kind == "extra_forbidden":
+        return "Unknown field; remove it (check its spelling)."
+    if kind == "missing":
+        return "Required; give a value."
+    message = str(error.get("msg", "Invalid value.")).removeprefix("Value error, ")
     # The rejected value is left out: it may be a secret header.
     return message if message.endswith(".") else f"{message}."

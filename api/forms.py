@@ -14,8 +14,8 @@ from api.auth import Principal
 from api.errors import InvalidInput
 from endpoints.forms import EndpointForm, JobForm
 from endpoints.models import Endpoint, Job
-from notifications.forms import ChannelForm
-from notifications.models import Channel
+from notifications.forms import AlertRuleForm, ChannelForm
+from notifications.models import AlertRule, Channel
 
 
 def validated_job(principal: Principal, job: Job, values: dict[str, Any]) -> Job:
@@ -62,3 +62,26 @@ def _valid(form: forms.ModelForm, *, renamed: dict[str, str]) -> Any:
         }
         raise InvalidInput(errors)
     return form.instance
+
+
+def validated_alert_rule(
+    principal: Principal, rule: AlertRule, values: dict[str, Any]
+) -> AlertRule:
+    """The admin's alert rule form; the job or endpoint named is already the caller's."""
+    defaults = {
+        "enabled": True,
+        "after_failures": AlertRule._meta.get_field("after_failures").default,
+        "on_recovery": True,
+        "on_pause": True,
+        "stale_factor": 0,
+        "quiet_from": None,
+        "quiet_until": None,
+    }
+    form = AlertRuleForm(data={**defaults, **values}, instance=rule)
+    form.fields["job"].queryset = principal.scope(  # type: ignore[attr-defined]
+        Job.objects.all(), "tenant"
+    )
+    form.fields["endpoint"].queryset = principal.scope(  # type: ignore[attr-defined]
+        Endpoint.objects.live(), "job__tenant"
+    )
+    return _valid(form, renamed={"job": "job_id", "endpoint": "endpoint_id"})  # type: ignore[no-any-return]

@@ -23,7 +23,17 @@ from api.auth import (
     principal_for_user,
 )
 from api.errors import PROBLEM_TYPE, InvalidInput, problem_for
-from api.routers import channels, endpoints, health, history, jobs, runs, tenants
+from api.openapi import complete
+from api.routers import (
+    alert_rules,
+    channels,
+    endpoints,
+    health,
+    history,
+    jobs,
+    runs,
+    tenants,
+)
 from endpoints.operations import OperationRefused
 
 logger = logging.getLogger("cronicorn.api")
@@ -48,16 +58,23 @@ def signed_in(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
     return guarded
 
 
-api = NinjaAPI(
+class CronicornAPI(NinjaAPI):
+    def get_openapi_schema(
+        self, *, path_prefix: str | None = None, path_params: dict[str, Any] | None = None
+    ) -> Any:
+        generated = super().get_openapi_schema(path_prefix=path_prefix, path_params=path_params)
+        return complete(generated)
+
+
+api = CronicornAPI(
     title="Cronicorn API",
     version="1",
-    description="Manage jobs, endpoints, hints and runs. Errors are application/problem+json.",
     auth=[ApiKeyAuth(), AdminSessionAuth()],
     throttle=[KeyRateThrottle()],
     urls_namespace="api",
     docs_decorator=signed_in,
 )
-for module in (jobs, endpoints, runs, history, health, tenants, channels):
+for module in (jobs, endpoints, runs, history, health, tenants, channels, alert_rules):
     api.add_router("/", module.router)
 
 

@@ -1,11 +1,16 @@
-"""The MCP server: every API operation as a tool, plus read-only resources (this
-project's README and design notes, an endpoint's state).
+"""The MCP server: every API operation as a tool, plus short topic documents, an
+endpoint's state as a resource, and prompts for common tasks.
 
 Tools are built from the operations' registry (api/operations.py): the same names,
 parameters and pydantic schemas as the REST routes, and the same ``invoke``, so a tool
-is scoped to its key's tenant and write tools need a write key. The key comes from the
-``Authorization: Bearer`` header over HTTP, or from ``manage.py mcp --api-key`` /
-``CRONICORN_API_KEY`` over stdio.
+is scoped to its key's tenant and write tools need a write key. A tool's arguments are
+flat: the request body's fields sit beside the path and query parameters, each with its
+description, bounds and default, and the schema has no ``$ref`` to resolve. The key
+comes from the ``Authorization: Bearer`` header over HTTP, or from ``manage.py mcp
+--api-key`` / ``CRONICORN_API_KEY`` over stdio.
+
+Every failure comes back as one readable sentence (what was wrong, how to fix it): the
+same problem the REST API would answer, without pydantic's raw text.
 
 Tools run on the SDK's event loop; the ORM is synchronous, so every call goes through
 ``sync_to_async`` (one worker thread, as Django requires for its connections).
@@ -13,8 +18,10 @@ Tools run on the SDK's event loop; the ORM is synchronous, so every call goes th
 
 from __future__ import annotations
 
-import inspect
+import logging
 from collections.abc import Callable
+from importlib.metadata import PackageNotFoundError
+from importlib.metadata import version as package_version
 from pathlib import Path
 from typing import Any
 
@@ -22,41 +29,75 @@ from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.db import close_old_connections
 from mcp.server.mcpserver import Context, MCPServer
-from mcp.server.mcpserver.exceptions import ToolError
+from mcp.server.mcpserver.exceptions import ResourceError, ResourceNotFoundError, ToolError
+from mcp.server.mcpserver.tools.base import Tool
+from mcp.server.mcpserver.utilities.func_metadata import ArgModelBase, func_metadata
 from mcp.server.transport_security import TransportSecuritySettings
 from mcp.types import ToolAnnotations
-from pydantic import TypeAdapter
+from pydantic import ConfigDict, TypeAdapter, ValidationError, create_model
+from pydantic.fields import FieldInfo
 
 import api.main  # noqa: F401 - registers every operation
 from api.auth import Principal, bearer_key, check_rate, principal_for_key
-from api.errors import problem_for
+from api.errors import problem_for, readable_errors
 from api.operations import OPERATIONS, Operation, invoke
+from api.parameters import parameter_field
 from api.schemas import Problem
 
-INSTRUCTIONS = (
-    "Cronicorn schedules HTTP calls (endpoints, grouped in jobs) and adapts their cadence. "
-    "Use list_jobs / list_endpoints to find ids; set_hint tightens or relaxes an endpoint "
-    "for a while; list_endpoint_runs shows what happened. Durations are milliseconds."
-)
-DOCS = {"readme": "README.md", "design": "docs/DESIGN.md"}
+logger = logging.getLogger(__name__)
+
+INSTRUCTIONS = """\
+Cronicorn calls HTTP endpoints on a schedule and adapts the cadence. An endpoint (a URL, \
+method, headers, body) belongs to a job; a job groups endpoints that pause, archive and \
+share a concurrency limit together. Each endpoint has a baseline (a cron expression or \
+an interval in milliseconds) and optional bounds (min/max interval). Hints change the \
+baseline for a while: set_hint with interval_ms runs it at a new cadence, with \
+next_run_in_ms or next_run_at runs it once; a hint lasts ttl_ms (default 60 minutes for \
+an interval, 30 for a one-shot) and both kinds share one expiry. The governor picks the \
+next run from the baseline, hints, pause, failure backoff and bounds; get_endpoint \
+explains its choice. Every run is recorded (list_endpoint_runs, get_run). Durations are \
+milliseconds, times ISO 8601 UTC. Find ids with list_jobs and list_endpoints. Archive \
+(archive_job, archive_endpoint) stops things but keeps their history; delete_* removes \
+them for good. Read the resources cronicorn://docs/concepts and cronicorn://docs/reference \
+for more.\
+"""
+
+# Short topic documents kept beside the project's docs (docs/mcp/*.md).
+TOPICS = {
+    "concepts": "Jobs, endpoints, baselines, hints, runs and how the next run is chosen.",
+    "hints": "Interval and one-shot hints: what they do, how long they last, how to clear.",
+    "governor": "The governor's rules, in the order it applies them.",
+    "troubleshooting": "Why an endpoint does not run, fails, or runs late; what to check.",
+    "recipes": "Common tasks step by step: monitor a URL, tighten during an incident, ...",
+    "reference": "One page of defaults, limits and a glossary.",
+}
+TOPICS_DIR = Path(__file__).resolve().parent.parent / "docs" / "mcp"
+
+
+def server_version() -> str:
+    try:
+        return package_version("cronicorn")
+    except PackageNotFoundError:  # run from a checkout without installing the project
+        return "0.1.0"
 
 
 def build_server(*, stdio_key: str | None = None) -> MCPServer:
-    server: MCPServer = MCPServer(name="cronicorn", instructions=INSTRUCTIONS)
-    for op in OPERATIONS:
-        server.add_tool(
-            _tool(op, stdio_key),
-            name=op.name,
-            description=op.description,
-            annotations=ToolAnnotations(read_only_hint=not op.write),
-        )
-    for name, relative in DOCS.items():
+    tools = [operation_tool(op, stdio_key) for op in OPERATIONS]
+    server: MCPServer = MCPServer(
+        name="cronicorn",
+        title="Cronicorn",
+        instructions=INSTRUCTIONS,
+        version=server_version(),
+        tools=tools,  # type: ignore[arg-type]
+    )
+    for name, description in TOPICS.items():
         server.resource(
             f"cronicorn://docs/{name}",
             name=name,
+            title=name.capitalize(),
             mime_type="text/markdown",
-            description=f"This project's {relative}.",
-        )(_doc_reader(relative))
+            description=description,
+        )(_doc_reader(name))
     get_endpoint = next(op for op in OPERATIONS if op.name == "get_endpoint")
 
     @server.resource(
@@ -66,39 +107,193 @@ def build_server(*, stdio_key: str | None = None) -> MCPServer:
         description="An endpoint's state: schedule, next run and why, hints, pause, failures.",
     )
     async def endpoint_state(endpoint_id: str, ctx: Context) -> str:
-        result = await _call(get_endpoint, ctx, stdio_key, {"endpoint_id": int(endpoint_id)})
+        if not endpoint_id.isdigit():
+            raise ResourceNotFoundError(
+                f"cronicorn://endpoints/{endpoint_id}: the endpoint id is a number, e.g. "
+                "cronicorn://endpoints/12 (find ids with list_endpoints)."
+            )
+        try:
+            result = await _call(get_endpoint, ctx, stdio_key, {"endpoint_id": int(endpoint_id)})
+        except ToolError as exc:
+            if "404" in str(exc):
+                raise ResourceNotFoundError(str(exc)) from None
+            raise ResourceError(str(exc)) from None
         return TypeAdapter(get_endpoint.response).dump_json(result).decode()
 
+    _add_prompts(server)
     return server
 
 
-def _doc_reader(relative: str) -> Callable[[], str]:
+def _doc_reader(name: str) -> Callable[[], str]:
     def read() -> str:
-        return (Path(settings.BASE_DIR) / relative).read_text()
+        return (TOPICS_DIR / f"{name}.md").read_text()
 
-    read.__name__ = f"read_{Path(relative).stem.lower()}"
+    read.__name__ = f"read_{name}"
     return read
 
 
-def _tool(op: Operation, stdio_key: str | None) -> Callable[..., Any]:
-    """An async function with the operation's parameters (and a Context), whose
-    signature the SDK reads to build the tool's JSON schema."""
+def _add_prompts(server: MCPServer) -> None:
+    @server.prompt(
+        name="monitor_url",
+        title="Set up monitoring for a URL",
+        description="Create a job (if needed) and an endpoint that checks a URL, then test it.",
+    )
+    def monitor_url(url: str, every: str = "5 minutes", job: str = "monitoring") -> str:
+        return (
+            f"Set up monitoring for {url} with Cronicorn.\n"
+            f"1. Call list_jobs and look for a job named {job!r}; if there is none, call "
+            f"create_job with name={job!r}.\n"
+            f"2. Call create_endpoint with that job_id, a short name for the URL, url={url!r}, "
+            f"method GET and baseline_interval_ms for every {every} (in milliseconds, e.g. "
+            "300000 for 5 minutes). Keep timeout_ms at its default unless the URL is slow.\n"
+            "3. Call test_endpoint with the new endpoint_id and report the status code and "
+            "duration; if it failed, say why (the run's error) and suggest a fix.\n"
+            "4. Call list_alert_rules; if the job has no rule and list_channels shows a "
+            "channel, offer to call set_alert_rule so failures reach someone.\n"
+            "5. Finish with get_endpoint's explanation of when the next run is."
+        )
 
-    async def tool(ctx: Context, **arguments: Any) -> Any:
+    @server.prompt(
+        name="investigate_endpoint",
+        title="Investigate a failing or late endpoint",
+        description="Read an endpoint's state, health and recent runs; explain and propose a fix.",
+    )
+    def investigate_endpoint(endpoint_id: str) -> str:
+        return (
+            f"Investigate Cronicorn endpoint {endpoint_id}.\n"
+            f"1. get_endpoint endpoint_id={endpoint_id}: note the next run, its source and "
+            "the explanation, any pause, hint and failure count.\n"
+            f"2. endpoint_health endpoint_id={endpoint_id}: success rate and durations over "
+            "1 h, 24 h and 7 d.\n"
+            f"3. list_endpoint_runs endpoint_id={endpoint_id} status=failure limit=10, then "
+            "get_run on the newest to read its error, status code and response body.\n"
+            "4. Read cronicorn://docs/troubleshooting and say in a few sentences what is "
+            "wrong and what to do (reset_failures once fixed, clear_hints, resume_endpoint); "
+            "change nothing without asking."
+        )
+
+
+# --- tools --------------------------------------------------------------------------------
+
+
+class _Arguments(ArgModelBase):
+    # Unknown arguments are refused (a typo would otherwise be a silent no-op).
+    model_config = ConfigDict(arbitrary_types_allowed=True, extra="forbid")
+
+
+class OperationTool(Tool):
+    """A tool whose arguments are refused in one readable sentence, not pydantic's text,
+    and whose own failures are not prefixed with "Error executing tool"."""
+
+    body_fields: tuple[str, ...] = ()
+
+    async def run(
+        self, arguments: dict[str, Any], context: Any, convert_result: bool = False
+    ) -> Any:
+        known = self.parameters.get("properties", {})
+        unknown = sorted(set(arguments) - set(known))
+        if unknown:
+            raise ToolError(
+                f"{self.name} has no argument {_names(unknown)}; its arguments are "
+                f"{', '.join(known) or 'none'}."
+            )
+        try:
+            validated = self.fn_metadata.validate_arguments(arguments)
+        except ValidationError as exc:
+            raise ToolError(arguments_sentence(self.name, exc)) from None
+        # Only what the caller gave: an update changes the fields given, nothing else.
+        given = {name: value for name, value in validated.items() if name in arguments}
+        result = await self.fn(context, given)
+        return self.fn_metadata.convert_result(result) if convert_result else result
+
+
+def operation_tool(op: Operation, stdio_key: str | None) -> OperationTool:
+    fields: dict[str, Any] = {}
+    for param in op.params:
+        if op.body is not None and param.annotation is op.body:
+            for name, field in op.body.model_fields.items():
+                fields[name] = (field.annotation, _copy(field))
+        else:
+            fields[param.name] = (param.annotation, parameter_field(param, op))
+    arg_model = create_model(f"{op.name}_arguments", __base__=_Arguments, **fields)
+    parameters = inline_refs(arg_model.model_json_schema())
+    parameters.pop("title", None)
+
+    async def returns() -> op.response:  # type: ignore[name-defined]
+        """Only its return annotation is read: the output schema."""
+
+    returns.__annotations__ = {"return": op.response}
+    metadata = func_metadata(returns)
+    metadata.arg_model = arg_model
+    if metadata.output_schema is not None:
+        metadata.output_schema = inline_refs(metadata.output_schema)
+
+    async def call(ctx: Context, given: dict[str, Any]) -> Any:
+        arguments = {k: v for k, v in given.items() if k in {p.name for p in op.params}}
+        if op.body is not None:
+            body_name = next(p.name for p in op.params if p.annotation is op.body)
+            values = {k: v for k, v in given.items() if k in op.body.model_fields}
+            try:
+                arguments[body_name] = op.body.model_validate(values)
+            except ValidationError as exc:
+                raise ToolError(arguments_sentence(op.name, exc)) from None
         return await _call(op, ctx, stdio_key, arguments)
 
-    context = inspect.Parameter("ctx", inspect.Parameter.KEYWORD_ONLY, annotation=Context)
-    params = [p.replace(kind=inspect.Parameter.KEYWORD_ONLY) for p in op.params]
-    tool.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
-        [context, *params], return_annotation=op.response
+    return OperationTool(
+        fn=call,
+        name=op.name,
+        title=op.summary,
+        description=op.description,
+        parameters=parameters,
+        fn_metadata=metadata,
+        is_async=True,
+        context_kwarg="ctx",
+        annotations=ToolAnnotations(
+            title=op.summary,
+            read_only_hint=not op.write,
+            destructive_hint=op.destructive if op.write else False,
+            idempotent_hint=op.repeatable,
+            # Only test_endpoint and test_channel reach outside (the tenant's own URLs).
+            open_world_hint=op.name in ("test_endpoint", "test_channel"),
+        ),
     )
-    tool.__annotations__ = {
-        "ctx": Context,
-        **{p.name: p.annotation for p in op.params},
-        "return": op.response,
-    }
-    tool.__name__ = op.name
-    return tool
+
+
+def _copy(field: FieldInfo) -> FieldInfo:
+    return FieldInfo.merge_field_infos(field)
+
+
+def inline_refs(schema: dict[str, Any]) -> dict[str, Any]:
+    """The schema with every ``$ref`` to its ``$defs`` replaced by the definition itself:
+    a client reads one self-contained object (the API's schemas are not recursive)."""
+    defs = schema.get("$defs", {})
+
+    def resolve(node: Any) -> Any:
+        if isinstance(node, dict):
+            if "$ref" in node:
+                target = resolve(defs[node["$ref"].rsplit("/", 1)[-1]])
+                return {**target, **{k: resolve(v) for k, v in node.items() if k != "$ref"}}
+            return {k: resolve(v) for k, v in node.items() if k != "$defs"}
+        if isinstance(node, list):
+            return [resolve(item) for item in node]
+        return node
+
+    result: dict[str, Any] = resolve(schema)
+    return result
+
+
+def _names(names: list[str]) -> str:
+    quoted = [f"'{name}'" for name in names]
+    return quoted[0] if len(quoted) == 1 else ", ".join(quoted[:-1]) + " or " + quoted[-1]
+
+
+def arguments_sentence(tool: str, exc: ValidationError) -> str:
+    """One sentence naming each wrong argument and what it needs."""
+    problems = "; ".join(
+        f"{field}: {' '.join(m.rstrip('.') for m in messages)}"
+        for field, messages in readable_errors(exc.errors()).items()
+    )
+    return f"{tool} was called with invalid arguments ({problems}); fix them and call again."
 
 
 async def _call(
@@ -107,11 +302,19 @@ async def _call(
     principal = await sync_to_async(_principal)(_authorization(ctx), stdio_key)
     try:
         return await sync_to_async(_invoke)(op, principal, arguments)
+    except ToolError:
+        raise
+    except ValidationError as exc:
+        raise ToolError(arguments_sentence(op.name, exc)) from None
     except Exception as exc:
         problem = problem_for(exc)
         if problem is None:
-            raise
-        raise ToolError(_as_text(problem)) from None
+            logger.exception("The tool %s failed", op.name)
+            raise ToolError(
+                f"{op.name} failed on the server (an internal error, logged there); "
+                "retry, and report it if it persists."
+            ) from None
+        raise ToolError(sentence(problem)) from None
 
 
 def _invoke(op: Operation, principal: Principal, arguments: dict[str, Any]) -> Any:
@@ -139,17 +342,25 @@ def _principal(authorization: str | None, stdio_key: str | None) -> Principal:
     principal = principal_for_key(raw) if raw else None
     if principal is None:
         raise ToolError(
-            "401 Unauthorized: no usable API key. Over HTTP send 'Authorization: Bearer "
-            "<key>'; over stdio pass --api-key or set CRONICORN_API_KEY. The key may be "
-            "expired or revoked."
+            "401 Unauthorized: no usable API key; over HTTP send 'Authorization: Bearer "
+            "<key>', over stdio pass --api-key or set CRONICORN_API_KEY (the key may be "
+            "expired or revoked)."
         )
     return principal
 
 
-def _as_text(problem: Problem) -> str:
-    lines = [f"{problem.status} {problem.title}: {problem.detail}"]
-    lines += [f"  {field}: {' '.join(msgs)}" for field, msgs in problem.errors.items()]
-    return "\n".join(lines)
+def sentence(problem: Problem) -> str:
+    """The problem on one line: its status, what was wrong, and each field's message."""
+    text = f"{problem.status} {problem.title}: {problem.detail.rstrip('.')}"
+    if problem.errors:
+        fields = "; ".join(
+            f"{field}: {' '.join(messages).rstrip('.')}"
+            if field != "__all__"
+            else " ".join(messages).rstrip(".")
+            for field, messages in problem.errors.items()
+        )
+        text += f" ({fields})"
+    return " ".join(text.split()) + "."
 
 
 def http_app(server: MCPServer) -> Any:

@@ -22,8 +22,10 @@ from django.http import HttpRequest, HttpResponse
 from django.utils import timezone
 from ninja import Router, Status
 from ninja.errors import HttpError
+from pydantic import BaseModel
 
 from api.auth import Principal
+from api.errors import InvalidInput
 from api.models import IdempotentRequest
 from api.schemas import Problem
 
@@ -42,11 +44,35 @@ class Operation:
     response: Any
     status: int
     write: bool
-    idempotent: bool
+    idempotent: bool  # takes an Idempotency-Key (a create or a run)
+    destructive: bool = False  # loses data or access that cannot be brought back
+    repeatable: bool = False  # the same call again changes nothing more (MCP idempotentHint)
 
     @property
     def description(self) -> str:
         return inspect.cleandoc(self.fn.__doc__ or self.name)
+
+    @property
+    def summary(self) -> str:
+        return self.description.split("\n\n")[0].replace("\n", " ")
+
+    @property
+    def body(self) -> type[BaseModel] | None:
+        """The request body's schema, if the operation takes one."""
+        for p in self.params:
+            if isinstance(p.annotation, type) and issubclass(p.annotation, BaseModel):
+                return p.annotation
+        return None
+
+    @property
+    def query_names(self) -> frozenset[str]:
+        """The query parameters: neither in the path nor the body."""
+        return frozenset(
+            p.name
+            for p in self.params
+            if "{" + p.name + "}" not in self.path
+            and not (isinstance(p.annotation, type) and issubclass(p.annotation, BaseModel))
+        )
 
 
 OPERATIONS: list[Operation] = []
@@ -62,14 +88,29 @@ def operation(
     status: int = 200,
     write: bool = False,
     idempotent: bool = False,
+    destructive: bool = False,
+    repeatable: bool | None = None,
 ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     def register(fn: Callable[..., Any]) -> Callable[..., Any]:
-        hints = get_type_hints(fn)
+        hints = get_type_hints(fn, include_extras=True)
         params = tuple(
             p.replace(annotation=hints[p.name])
             for p in list(inspect.signature(fn).parameters.values())[1:]
         )
-        op = Operation(name, method, path, fn, params, response, status, write, idempotent)
+        op = Operation(
+            name,
+            method,
+            path,
+            fn,
+            params,
+            response,
+            status,
+            write,
+            idempotent,
+            destructive,
+            # Reads, changes to given values and deletes: the same call twice is the same.
+            method in ("get", "patch", "delete") if repeatable is None else repeatable,
+        )
         OPERATIONS.append(op)
         router.add_api_operation(
             path,
@@ -77,7 +118,7 @@ def operation(
             _view(op),
             response={status: response, **ERRORS},
             operation_id=name,
-            summary=op.description.splitlines()[0],
+            summary=op.summary,
             description=op.description,
         )
         return fn
@@ -95,9 +136,18 @@ def invoke(op: Operation, principal: Principal, arguments: dict[str, Any]) -> An
 def _view(op: Operation) -> Callable[..., Any]:
     def view(request: HttpRequest, **arguments: Any) -> Any:
         principal: Principal = request.auth  # type: ignore[attr-defined]
+        refuse_unknown_query(op, request)
         key = request.headers.get("Idempotency-Key")
-        if op.idempotent and key and principal.api_key_id is not None:
-            return _once(op, request, principal, key, arguments)
+        if op.idempotent and key is not None:
+            if not 1 <= len(key) <= MAX_IDEMPOTENCY_KEY:
+                raise HttpError(
+                    422,
+                    f"An Idempotency-Key has 1 to {MAX_IDEMPOTENCY_KEY} characters (at most "
+                    f"{MAX_IDEMPOTENCY_KEY}): a new one per request, the same one on its "
+                    "retries; or leave the header out.",
+                )
+            if principal.api_key_id is not None:
+                return _once(op, request, principal, key, arguments)
         return Status(op.status, invoke(op, principal, arguments))
 
     request_param = inspect.Parameter("request", inspect.Parameter.POSITIONAL_OR_KEYWORD)
@@ -106,13 +156,22 @@ def _view(op: Operation) -> Callable[..., Any]:
     return view
 
 
+def refuse_unknown_query(op: Operation, request: HttpRequest) -> None:
+    """A misspelt or unsupported filter (``?stauts=paused``) would otherwise be ignored and
+    the caller would read an unfiltered answer as a filtered one."""
+    unknown = sorted(set(request.GET) - op.query_names)
+    if unknown:
+        takes = ", ".join(sorted(op.query_names)) or "no query parameters"
+        raise InvalidInput(
+            {name: [f"Unknown query parameter; {op.name} takes {takes}."] for name in unknown}
+        )
+
+
 def _once(
     op: Operation, request: HttpRequest, principal: Principal, key: str, arguments: dict[str, Any]
 ) -> HttpResponse:
     """Run the operation once per (API key, Idempotency-Key); replay its answer after."""
     assert principal.api_key_id is not None
-    if len(key) > MAX_IDEMPOTENCY_KEY:
-        raise HttpError(422, f"An Idempotency-Key has at most {MAX_IDEMPOTENCY_KEY} characters.")
     now = timezone.now()
     fingerprint = hashlib.sha256(f"{request.method} {request.path} ".encode() + request.body)
     IdempotentRequest.objects.filter(

@@ -6,16 +6,114 @@ Durations are milliseconds and times ISO 8601 (UTC), as in the models.
 
 from __future__ import annotations
 
-from datetime import datetime
-from typing import Any, Literal
+import re
+from datetime import UTC, datetime, time
+from typing import Annotated, Any, Literal
 
+from django.conf import settings
 from ninja import Field, Schema
-from pydantic import ConfigDict
+from pydantic import AfterValidator, BeforeValidator, ConfigDict, WithJsonSchema
+from pydantic.json_schema import JsonDict
 
-from endpoints.secrets import MASK, mask_headers, redact_url
+from endpoints.models import (
+    DEFAULT_HINT_TTL_MS,
+    HintKind,
+    JobStatus,
+    RunStatus,
+    RunTrigger,
+    Source,
+)
+from endpoints.secrets import mask_headers, redact_url
+from endpoints.validation import (
+    MAX_DURATION_MS,
+    MAX_INTERVAL_MS,
+    MAX_REASON_CHARS,
+    MAX_RESPONSE_KB,
+    MAX_TIMEOUT_MS,
+    MIN_INTERVAL_MS,
+    MIN_TIMEOUT_MS,
+)
 
+# RFC 3339, as JSON Schema's "date-time" format says: a date, a time with seconds, and an
+# offset. pydantic alone would also take a bare number (a Unix time), a date without a
+# time or a time without an offset, none of which the document promises.
+RFC3339 = re.compile(r"^\d{4}-\d{2}-\d{2}[Tt]\d{2}:\d{2}:\d{2}(\.\d+)?([Zz]|[+-]\d{2}:\d{2})$")
+CLOCK = r"^([01]\d|2[0-3]):[0-5]\d(:[0-5]\d(\.\d+)?)?([Zz]|[+-]00:00)?$"
+
+
+def _rfc3339(value: Any) -> Any:
+    if isinstance(value, datetime):
+        return value
+    if not isinstance(value, str) or not RFC3339.match(value.strip()):
+        raise ValueError(
+            "Write the time as ISO 8601 with seconds and an offset, e.g. 2026-03-01T14:30:00Z."
+        )
+    return value.strip()
+
+
+def _in_utc(value: datetime) -> datetime:
+    """Stored and compared in UTC (PostgreSQL refuses offsets beyond 15:59)."""
+    try:
+        return value.astimezone(UTC) if value.tzinfo else value.replace(tzinfo=UTC)
+    except OverflowError:
+        raise ValueError("The time is out of range; give a year between 1 and 9999.") from None
+
+
+def _clock(value: Any) -> Any:
+    if isinstance(value, time):
+        return value
+    if not isinstance(value, str) or not re.match(CLOCK, value.strip()):
+        raise ValueError("Write a UTC clock time as HH:MM (or HH:MM:SS), e.g. 22:00.")
+    return value.strip()
+
+
+def _utc_clock(value: time) -> time:
+    """Quiet hours are UTC clock times (the column has no zone): ``22:00`` or ``22:00Z``."""
+    return value.replace(tzinfo=None)
+
+
+IsoTime = Annotated[
+    datetime,
+    BeforeValidator(_rfc3339),
+    AfterValidator(_in_utc),
+    WithJsonSchema({"type": "string", "format": "date-time"}),
+]
+ClockTime = Annotated[
+    time,
+    BeforeValidator(_clock),
+    AfterValidator(_utc_clock),
+    WithJsonSchema({"type": "string", "pattern": CLOCK}),
+]
+JobStatusFilter = Literal["active", "paused", "archived"]
 RunStatusFilter = Literal["running", "success", "failure", "timeout", "lost"]
 Method = Literal["GET", "POST", "PUT", "PATCH", "DELETE"]
+ChannelKindName = Literal["email", "webhook", "apprise"]
+
+# The bounds the validation path enforces (the models' constants, Django's field limits
+# and the settings' caps), written into the schemas so a client knows them before asking.
+# ``json_schema_extra`` documents them without a second check: the forms stay the one
+# place that refuses, with their own messages.
+POSITIVE_INT_MAX = 2_147_483_647  # PositiveIntegerField on PostgreSQL
+ID: JsonDict = {"minimum": 1, "maximum": 2**63 - 1}
+NAME: JsonDict = {"minLength": 1, "maxLength": 200}
+
+
+def _description_cap() -> JsonDict:
+    return {"maxLength": settings.CRONICORN_MAX_DESCRIPTION_CHARS}
+
+
+def _header_caps() -> JsonDict:
+    return {
+        "maxProperties": settings.CRONICORN_MAX_HEADERS,
+        "additionalProperties": {
+            "type": "string",
+            "maxLength": settings.CRONICORN_MAX_HEADER_VALUE_CHARS,
+        },
+    }
+
+
+def _enum(*values: str) -> JsonDict:
+    return {"enum": list(values)}
 
 
 class Problem(Schema):
@@ -61,20 +159,52 @@ class RunPreview(Schema):
 # --- jobs -------------------------------------------------------------------------------
 
 
+JOB_NAME = "Unique within the tenant; no '/' (it appears in job/endpoint references)."
+JOB_DESCRIPTION = "What the job is for; the planner reads it."
+MAX_CONCURRENT = "Most of its runs in flight at once (at least 1); null for no limit."
+
+
 class JobIn(Input):
-    name: str = Field(description="Unique within the tenant.")
-    description: str = Field("", description="Context for the planner.")
-    max_concurrent: int | None = Field(None, description="Most runs in flight at once.")
+    """A new job."""
+
+    model_config = ConfigDict(
+        extra="forbid",
+        json_schema_extra={
+            "examples": [{"name": "shop", "description": "The shop's health checks."}]
+        },
+    )
+
+    name: str = Field(description=JOB_NAME, json_schema_extra=NAME)
+    description: str = Field("", description=JOB_DESCRIPTION, json_schema_extra=_description_cap())
+    max_concurrent: int | None = Field(
+        None,
+        description=MAX_CONCURRENT,
+        json_schema_extra={"minimum": 1, "maximum": POSITIVE_INT_MAX},
+    )
     run_policy: dict[str, Any] | None = RUN_POLICY
     tenant_id: int | None = Field(
-        None, description="Needed only when the caller belongs to several tenants."
+        None,
+        description="Needed only when the caller belongs to several tenants.",
+        json_schema_extra=ID,
     )
 
 
 class JobPatch(Input):
-    name: str | None = None
-    description: str | None = None
-    max_concurrent: int | None = None
+    """The fields to change; the others stay."""
+
+    model_config = ConfigDict(
+        extra="forbid", json_schema_extra={"examples": [{"max_concurrent": 2}]}
+    )
+
+    name: str | None = Field(None, description=JOB_NAME, json_schema_extra=NAME)
+    description: str | None = Field(
+        None, description=JOB_DESCRIPTION, json_schema_extra=_description_cap()
+    )
+    max_concurrent: int | None = Field(
+        None,
+        description=MAX_CONCURRENT,
+        json_schema_extra={"minimum": 1, "maximum": POSITIVE_INT_MAX},
+    )
     run_policy: dict[str, Any] | None = RUN_POLICY
 
 
@@ -83,7 +213,11 @@ class JobOut(Schema):
     tenant_id: int
     name: str
     description: str
-    status: str
+    status: str = Field(
+        description="active, paused (none of its endpoints runs) or archived (stopped for "
+        "good, history kept; unarchive_job brings it back paused).",
+        json_schema_extra=_enum(*JobStatus.values),
+    )
     max_concurrent: int | None
     run_policy: dict[str, Any]
     created_at: datetime
@@ -98,33 +232,123 @@ class JobPage(Schema):
 # --- endpoints --------------------------------------------------------------------------
 
 
-class EndpointPatch(Input):
-    """Only the fields given change (PATCH)."""
+INTERVAL_MAX: JsonDict = {"maximum": MAX_INTERVAL_MS}
 
-    job_id: int | None = None
-    name: str | None = None
-    description: str | None = None
-    url: str | None = Field(None, description="http:// or https:// URL.")
-    method: Method | None = None
-    headers: dict[str, Any] | None = Field(
-        None, description="Header names to string values; a masked value keeps the stored one."
+
+class EndpointPatch(Input):
+    """Only the fields given change (PATCH); a schedule change replans the endpoint."""
+
+    model_config = ConfigDict(
+        extra="forbid",
+        json_schema_extra={"examples": [{"baseline_interval_ms": 600_000, "baseline_cron": ""}]},
     )
-    secret_header_names: list[Any] | None = None
+
+    job_id: int | None = Field(
+        None, description="Move it to this job (of the same tenant).", json_schema_extra=ID
+    )
+    name: str | None = Field(
+        None, description="Unique within its job; no '/'.", json_schema_extra=NAME
+    )
+    description: str | None = Field(
+        None,
+        description="What the endpoint does and what its answers mean; the planner reads it.",
+        json_schema_extra=_description_cap(),
+    )
+    url: str | None = Field(
+        None,
+        description="The http:// or https:// URL to call (private addresses are refused).",
+        json_schema_extra={"minLength": 1, "maxLength": 2000},
+    )
+    method: Method | None = Field(None, description="The HTTP method (default GET).")
+    headers: dict[str, Any] | None = Field(
+        None,
+        description="Header names to string values sent with each call; a masked value "
+        "(as answers show secret ones) keeps the stored one.",
+        json_schema_extra=_header_caps(),
+    )
+    secret_header_names: list[Any] | None = Field(
+        None,
+        description="Headers whose values are secrets: masked in every answer and log.",
+        json_schema_extra={"items": {"type": "string"}, "maxItems": settings.CRONICORN_MAX_HEADERS},
+    )
     body: Any = Field(None, description="JSON sent with POST, PUT and PATCH.")
-    timeout_ms: int | None = Field(None, description="1000 .. 1800000.")
-    max_response_size_kb: int | None = Field(None, description="1 .. 10000.")
-    baseline_cron: str | None = Field(None, description="5 fields or @hourly…; or an interval.")
-    timezone: str | None = Field(None, description="IANA name the cron is read in.")
-    baseline_interval_ms: int | None = Field(None, description="Every … ms; or a cron.")
-    min_interval_ms: int | None = None
-    max_interval_ms: int | None = None
+    timeout_ms: int | None = Field(
+        None,
+        description=f"Give up after this long, {MIN_TIMEOUT_MS}..{MAX_TIMEOUT_MS} ms "
+        "(default 30000).",
+        json_schema_extra={"minimum": MIN_TIMEOUT_MS, "maximum": MAX_TIMEOUT_MS},
+    )
+    max_response_size_kb: int | None = Field(
+        None,
+        description=f"Keep at most this much of an answer, 1..{MAX_RESPONSE_KB} KB (default 100).",
+        json_schema_extra={"minimum": 1, "maximum": MAX_RESPONSE_KB},
+    )
+    baseline_cron: str | None = Field(
+        None,
+        description="The schedule as cron: 5 fields or @hourly, @daily...; empty when the "
+        "schedule is an interval. Give a cron or an interval, not both.",
+        json_schema_extra={"maxLength": 200},
+    )
+    timezone: str | None = Field(
+        None,
+        description="The IANA time zone the cron is read in (default UTC).",
+        json_schema_extra={"maxLength": 64},
+    )
+    baseline_interval_ms: int | None = Field(
+        None,
+        description=f"The schedule as an interval: every this many ms (at least {MIN_INTERVAL_MS}, "
+        "and the tenant's floor); null when the schedule is a cron.",
+        json_schema_extra={"minimum": MIN_INTERVAL_MS, **INTERVAL_MAX},
+    )
+    min_interval_ms: int | None = Field(
+        None,
+        description="Never run sooner than this after the previous run, whatever hints say; "
+        "0 or null: no bound.",
+        json_schema_extra={"minimum": 0, **INTERVAL_MAX},
+    )
+    max_interval_ms: int | None = Field(
+        None,
+        description="Never wait longer than this between runs; 0 or null: no bound.",
+        json_schema_extra={"minimum": 0, **INTERVAL_MAX},
+    )
     run_policy: dict[str, Any] | None = RUN_POLICY
 
 
 class EndpointIn(EndpointPatch):
-    job_id: int  # type: ignore[assignment]
-    name: str  # type: ignore[assignment]
-    url: str  # type: ignore[assignment]
+    """A new endpoint: a job, a name, a URL, and a schedule (a cron or an interval)."""
+
+    model_config = ConfigDict(
+        extra="forbid",
+        json_schema_extra={
+            "examples": [
+                {
+                    "job_id": 1,
+                    "name": "orders-health",
+                    "url": "https://shop.example.com/health",
+                    "baseline_interval_ms": 300_000,
+                    "max_interval_ms": 3_600_000,
+                }
+            ],
+            # Exactly one schedule: a non-blank cron, or an interval.
+            "oneOf": [
+                {
+                    "required": ["baseline_cron"],
+                    "properties": {"baseline_cron": {"type": "string", "pattern": "\\S"}},
+                },
+                {
+                    "required": ["baseline_interval_ms"],
+                    "properties": {"baseline_interval_ms": {"type": "integer"}},
+                },
+            ],
+        },
+    )
+
+    job_id: int = Field(description="The job it belongs to (see list_jobs).", json_schema_extra=ID)  # type: ignore[assignment]
+    name: str = Field(description="Unique within its job; no '/'.", json_schema_extra=NAME)  # type: ignore[assignment]
+    url: str = Field(  # type: ignore[assignment]
+        description="The http:// or https:// URL to call (private addresses are refused).",
+        json_schema_extra={"minLength": 1, "maxLength": 2000},
+    )
 
 
 class EndpointOut(Schema):
@@ -153,9 +377,12 @@ class EndpointOut(Schema):
     failure_count: int
     last_run_at: datetime | None
     archived_at: datetime | None
-    next_run_at: datetime | None
-    next_run_source: str
-    run_policy: dict[str, Any]
+    next_run_at: datetime | None = Field(description="When it runs next; null when archived.")
+    next_run_source: str = Field(
+        description="Which rule set the next run (see cronicorn://docs/governor).",
+        json_schema_extra=_enum("", *Source.values),
+    )
+    run_policy: dict[str, Any] = Field(description="The run policy ({} for the defaults).")
 
     @staticmethod
     def resolve_headers(endpoint: Any) -> dict[str, Any]:
@@ -177,21 +404,95 @@ class EndpointPage(Schema):
     next_cursor: str | None
 
 
+REASON: JsonDict = {"maxLength": MAX_REASON_CHARS}
+
+
 class PauseIn(Input):
-    until: datetime | None = Field(None, description="Pause until this time (UTC)…")
-    for_ms: int | None = Field(None, description="…or for this many milliseconds.")
-    reason: str = ""
+    """Exactly one of until or for_ms."""
+
+    model_config = ConfigDict(
+        extra="forbid",
+        json_schema_extra={
+            "examples": [{"for_ms": 7_200_000, "reason": "database maintenance"}],
+            "oneOf": [
+                {"required": ["until"], "properties": {"until": {"type": "string"}}},
+                {"required": ["for_ms"], "properties": {"for_ms": {"type": "integer"}}},
+            ],
+        },
+    )
+
+    until: IsoTime | None = Field(
+        None, description="Pause until this time (ISO 8601, in the future)."
+    )
+    for_ms: int | None = Field(
+        None, ge=1, le=MAX_DURATION_MS, description="Or: pause for this many ms from now."
+    )
+    reason: str = Field("", description="Why; shown with the pause.", json_schema_extra=REASON)
 
 
 class HintIn(Input):
-    interval_ms: int | None = Field(None, description="A new cadence (at least 1000)…")
-    next_run_at: datetime | None = Field(None, description="…or one run at this time.")
-    ttl_ms: int = Field(description="How long the hint holds, in ms.")
-    reason: str = ""
+    """Exactly one of interval_ms, next_run_at or next_run_in_ms."""
+
+    model_config = ConfigDict(
+        extra="forbid",
+        json_schema_extra={
+            "examples": [
+                {"interval_ms": 30_000, "ttl_ms": 3_600_000, "reason": "deploy in progress"},
+                {"next_run_in_ms": 600_000},
+            ],
+            "oneOf": [
+                {"required": [name], "properties": {name: {"type": kind}}}
+                for name, kind in (
+                    ("interval_ms", "integer"),
+                    ("next_run_at", "string"),
+                    ("next_run_in_ms", "integer"),
+                )
+            ],
+        },
+    )
+
+    interval_ms: int | None = Field(
+        None,
+        ge=MIN_INTERVAL_MS,
+        le=MAX_INTERVAL_MS,
+        description="Run at this cadence (ms) instead of the baseline, e.g. 30000.",
+        examples=[30_000],
+    )
+    next_run_at: IsoTime | None = Field(
+        None, description="Or: run once at this time (ISO 8601), if before the next planned run."
+    )
+    next_run_in_ms: int | None = Field(
+        None,
+        ge=0,
+        le=MAX_DURATION_MS,
+        description="Or: run once this many ms from now, e.g. 600000 for in 10 minutes.",
+        examples=[600_000],
+    )
+    ttl_ms: int | None = Field(
+        None,
+        ge=1,
+        le=MAX_DURATION_MS,
+        description="How long the hint lasts, in ms. Default: "
+        f"{DEFAULT_HINT_TTL_MS[HintKind.INTERVAL]} (an hour) for an interval, "
+        f"{DEFAULT_HINT_TTL_MS[HintKind.ONESHOT]} (30 minutes) for a one-shot. Both kinds share "
+        "one expiry: a one-shot resets an active interval hint's expiry too.",
+    )
+    reason: str = Field("", max_length=MAX_REASON_CHARS, description="Why; shown with the hint.")
+
+
+class HintedEndpointOut(EndpointOut):
+    notice: str = Field(
+        description="What else the hint changed, e.g. an active interval hint's new expiry; "
+        "empty when nothing else changed."
+    )
 
 
 class ReasonIn(Input):
-    reason: str = ""
+    model_config = ConfigDict(
+        extra="forbid", json_schema_extra={"examples": [{"reason": "incident over"}]}
+    )
+
+    reason: str = Field("", description="Why; kept in the hint history.", json_schema_extra=REASON)
 
 
 # --- runs -------------------------------------------------------------------------------
@@ -200,9 +501,13 @@ class ReasonIn(Input):
 class RunOut(Schema):
     id: int
     endpoint_id: int
-    trigger: str
-    source: str
-    status: str
+    trigger: str = Field(
+        description="What started it: scheduled, manual (run now), test (test_endpoint, "
+        "never rescheduled) or retry (of the run named in retry_of).",
+        json_schema_extra=_enum(*RunTrigger.values),
+    )
+    source: str = Field(description="The rule that planned it (next_run_source at the time).")
+    status: str = Field(json_schema_extra=_enum(*RunStatus.values))
     scheduled_for: datetime
     started_at: datetime
     finished_at: datetime | None
@@ -210,6 +515,11 @@ class RunOut(Schema):
     status_code: int | None
     error: str
     attempt: int
+    retry_of: int | None = Field(description="The run this one retries, if it is a retry.")
+
+    @staticmethod
+    def resolve_retry_of(run: Any) -> int | None:
+        return getattr(run, "retry_of_id", None)
 
 
 class RunDetail(RunOut):
@@ -267,6 +577,18 @@ class SessionDetail(SessionOut):
     note: str
 
 
+class AnalyzeIn(Input):
+    model_config = ConfigDict(
+        extra="forbid", json_schema_extra={"examples": [{"backend": "rules"}]}
+    )
+
+    backend: Literal["rules", "llm"] | None = Field(
+        None,
+        description="rules (built in, no network) or llm (the configured model); default: "
+        "the server's CRONICORN_PLANNER_BACKEND.",
+    )
+
+
 class SessionPage(Schema):
     items: list[SessionOut]
     next_cursor: str | None
@@ -302,12 +624,33 @@ class EndpointHealth(Schema):
     windows: list[WindowHealth]
 
 
+class HourStats(Schema):
+    hour: datetime = Field(description="The hour's start (UTC).")
+    runs: int
+    failures: int = Field(description="Runs that failed, timed out or were lost.")
+
+
+class FailingEndpoint(Schema):
+    endpoint_id: int
+    ref: str = Field(description="job/endpoint")
+    failures_last_24h: int
+    failures_in_a_row: int
+
+
 class Dashboard(Schema):
-    endpoints: int
-    failing: int
+    endpoints: int = Field(description="Live (not archived) endpoints.")
+    failing: int = Field(description="Endpoints whose last run failed.")
     paused: int
     runs_last_24h: int
     failures_last_24h: int
+    series: list[HourStats] = Field(description="Runs and failures per hour, the last 24 h.")
+    source_mix: dict[str, int] = Field(
+        description="Runs of the last 24 h by the rule that scheduled them (baseline-interval, "
+        "ai-interval, clamped-min...; manual for run now and tests)."
+    )
+    top_failing: list[FailingEndpoint] = Field(
+        description="The endpoints with the most failed runs in the last 24 h (at most 10)."
+    )
 
 
 class TenantOut(Schema):
@@ -333,61 +676,3 @@ class SigningSecretOut(Schema):
         "in X-Cronicorn-Signature), so receivers can switch at any time before then; null "
         "when the tenant signed nothing before."
     )
-
-
-class ChannelIn(Input):
-    name: str = Field(description="Unique within the tenant.")
-    kind: str = Field(description="email, webhook or apprise.")
-    target: str = Field(
-        description="Email: comma-separated addresses. Webhook: an http(s) URL (signed like "
-        "endpoint requests). Chat/push: an Apprise URL (slack://…, ntfy://…). A secret: "
-        "never shown again."
-    )
-    enabled: bool = True
-    escalation_only: bool = Field(
-        False, description="Receives only escalations of alert rules, not every alert."
-    )
-    tenant_id: int | None = Field(
-        None, description="Needed only when the caller belongs to several tenants."
-    )
-
-
-class ChannelPatch(Input):
-    name: str | None = None
-    kind: str | None = None
-    target: str | None = Field(None, description="Replaces the stored target.")
-    enabled: bool | None = None
-    escalation_only: bool | None = None
-
-
-class ChannelOut(Schema):
-    id: int
-    tenant_id: int
-    name: str
-    kind: str
-    target: str = Field(description="Always masked: the target carries the channel's tokens.")
-    enabled: bool
-    escalation_only: bool
-    failing_since: datetime | None
-    consecutive_failures: int
-    created_at: datetime
-
-    @staticmethod
-    def resolve_target(channel: Any) -> str:
-        return MASK
-
-
-class DeliveryOut(Schema):
-    id: int
-    status: str
-    attempts: int
-    last_error: str
-    sent_at: datetime | None
-
-
-class AcknowledgementOut(Schema):
-    endpoint_id: int
-    failing: bool
-    failing_since: datetime | None = Field(description="When its failing alert was raised.")
-    acknowledged_at: datetime | None
-    acknowledged_by: str = Field(description="Who acknowledged: no reminder or escalation since.")

@@ -90,6 +90,10 @@ class HintKind(models.TextChoices):
     CLEAR = "clear"
 
 
+# How long an operator's hint lasts when no TTL is given (the hint command, API, MCP).
+DEFAULT_HINT_TTL_MS = {HintKind.INTERVAL: 60 * 60 * 1_000, HintKind.ONESHOT: 30 * 60 * 1_000}
+
+
 class Tenant(models.Model):
     name = models.CharField(max_length=200, unique=True)
     members = models.ManyToManyField(settings.AUTH_USER_MODEL, related_name="tenants", blank=True)

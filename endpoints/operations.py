@@ -439,3 +439,30 @@ def resume_tenant(tenant: Tenant, *, now: datetime, user: Any = None) -> int:
     for job in jobs:
         resume_job(job, now=now, user=user)
     return len(jobs)
+
+
+def archive_job(job: Job, *, now: datetime, user: Any = None) -> None:
+    """Stop every endpoint of the job for good, keeping their runs, hints and sessions.
+
+    The claim takes only active jobs' endpoints and the planner skips archived jobs, so
+    nothing else changes; archiving an archived job changes nothing. ``delete_job`` is the
+    way to remove a job with its history.
+    """
+    if job.status == JobStatus.ARCHIVED:
+        return
+    Job.objects.filter(pk=job.pk).update(status=JobStatus.ARCHIVED, updated_at=now)
+    job.status, job.updated_at = JobStatus.ARCHIVED, now
+    log_event(logging.INFO, f"job {job.pk} archived by {user or 'system'}")
+
+
+def unarchive_job(job: Job, *, now: datetime, user: Any = None) -> None:
+    """Bring an archived job back *paused*: its endpoints may have been stopped for months,
+    so someone resumes it on purpose (``resume_job`` plans every endpoint afresh)."""
+    if job.status != JobStatus.ARCHIVED:
+        raise OperationRefused(
+            f"Job {job.name} is not archived (it is {job.status}); only an archived job "
+            "can be unarchived."
+        )
+    Job.objects.filter(pk=job.pk).update(status=JobStatus.PAUSED, updated_at=now)
+    job.status, job.updated_at = JobStatus.PAUSED, now
+    log_event(logging.INFO, f"job {job.pk} unarchived (paused) by {user or 'system'}")

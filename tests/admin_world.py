@@ -42,6 +42,7 @@ class TenantWorld:
     hint: HintHistory
     session: AnalysisSession
     channel: Any = None  # an alert channel, made by tests/api_world.py
+    rule: Any = None  # an alert rule of the job, made by tests/api_world.py
 
 
 @dataclass

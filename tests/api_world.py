@@ -13,7 +13,7 @@ from django.utils import timezone
 import api.main  # noqa: F401 - registers every operation
 from api.models import ApiKey, Scope
 from api.operations import OPERATIONS, Operation
-from notifications.models import Channel
+from notifications.models import AlertRule, Channel
 from tests.admin_world import TenantWorld, World, build_world
 
 
@@ -48,6 +48,7 @@ def build_api_world() -> ApiWorld:
         side.channel = Channel.objects.create(
             tenant=side.tenant, name="oncall", kind="webhook", target="http://127.0.0.1:9/hook"
         )
+        side.rule = AlertRule.objects.create(job=side.job, after_failures=2)
     return ApiWorld(
         world=world,
         write_key=make_key(world.a.tenant),
@@ -66,6 +67,7 @@ def ids_of(side: TenantWorld) -> dict[str, int]:
         "session_id": side.session.pk,
         "tenant_id": side.tenant.pk,
         "channel_id": side.channel.pk,
+        "rule_id": side.rule.pk,
     }
 
 
@@ -91,6 +93,8 @@ def sample_body(op: Operation, side: TenantWorld) -> dict[str, Any] | None:
             "tenant_id": side.tenant.pk,
         },
         "update_channel": {"enabled": False},
+        "set_alert_rule": {"job_id": side.job.pk, "after_failures": 4},
+        "analyze_endpoint": {"backend": "rules"},
     }
     return bodies.get(op.name)
 
@@ -110,5 +114,5 @@ def operations(*, write: bool | None = None) -> list[Operation]:
 
 def names_objects(op: Operation) -> bool:
     """Whether the call names a tenant's object (in its path, filters or body)."""
-    named = ("create_job", "create_endpoint", "create_channel", "list_endpoints")
+    named = ("create_job", "create_endpoint", "create_channel", "list_endpoints", "set_alert_rule")
     return "{" in op.path or op.name in named

@@ -45,11 +45,20 @@ def test_the_openapi_document_validates_and_lists_exactly_the_operations(
     assert document["components"]["securitySchemes"]
 
 
-def test_every_write_documents_its_problems_as_problem_json(http: httpx.Client) -> None:
+def test_every_operation_documents_its_problems_as_problem_json(http: httpx.Client) -> None:
     document = http.get("/api/v1/openapi.json").json()
     for item in document["paths"].values():
-        for operation in item.values():
-            assert {"401", "403", "404", "422", "429"} <= set(operation["responses"])
+        for method, operation in item.items():
+            responses = operation["responses"]
+            assert {"401", "422", "429"} <= set(responses)
+            if method != "get":
+                assert {"403", "409"} <= set(responses)
+            if "requestBody" in operation:
+                assert "400" in responses
+            for code, response in responses.items():
+                if code.startswith(("4", "5")):
+                    assert list(response["content"]) == ["application/problem+json"]
+            assert operation["description"] and operation["summary"]
 
 
 def test_the_docs_page_loads_its_scripts_from_this_server_not_a_cdn(

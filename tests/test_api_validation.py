@@ -71,7 +71,7 @@ INVALID: list[tuple[str, dict[str, Any], str, str]] = [
     ),
     ("masked-header-without-value", {"headers": {"X-Other": MASK}}, "headers", "mask"),
     ("description-a-list", {"description": ["a", "b"]}, "description", "string"),
-    ("unknown-endpoint-key", {"intervall": 300_000}, "intervall", "not permitted"),
+    ("unknown-endpoint-key", {"intervall": 300_000}, "intervall", "Unknown field"),
     ("duplicate-endpoint-name", {"name": "taken"}, "name", "already has an endpoint"),
     ("empty-name", {"name": "  "}, "name", "required"),
     ("nul-in-name", {"name": "a\x00b"}, "name", "Null characters"),

@@ -204,6 +204,7 @@ def test_runs_json_lists_each_run_with_stable_fields(
         "response_headers": {"retry-after": "30"},
         "error": "HTTP 500",
         "attempt": 1,
+        "retry_of": None,
     }
 
 

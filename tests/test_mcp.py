@@ -69,9 +69,7 @@ def tool_arguments(name: str, side: TenantWorld) -> dict[str, Any]:
     op = next(op for op in operations() if op.name == name)
     arguments: dict[str, Any] = {k: v for k, v in ids_of(side).items() if "{" + k + "}" in op.path}
     arguments.update(sample_query(op, side))
-    body = sample_body(op, side)
-    if body is not None:
-        arguments["payload"] = body
+    arguments.update(sample_body(op, side) or {})  # the tools' arguments are flat
     return arguments
 
 
@@ -81,23 +79,21 @@ async def walk_through(client: Client, api_world: ApiWorld) -> dict[str, Any]:
     created = await client.call_tool(
         "create_endpoint",
         {
-            "payload": {
-                "job_id": api_world.a.job.pk,
-                "name": "from-mcp",
-                "url": "https://example.com/mcp",
-                "baseline_interval_ms": 120_000,
-            }
+            "job_id": api_world.a.job.pk,
+            "name": "from-mcp",
+            "url": "https://example.com/mcp",
+            "baseline_interval_ms": 120_000,
         },
     )
     assert not created.is_error, created.content
     endpoint_id = created.structured_content["id"]
     hinted = await client.call_tool(
         "set_hint",
-        {"endpoint_id": endpoint_id, "payload": {"interval_ms": 30_000, "ttl_ms": 600_000}},
+        {"endpoint_id": endpoint_id, "interval_ms": 30_000, "ttl_ms": 600_000},
     )
     assert not hinted.is_error, hinted.content
     runs = await client.call_tool("list_endpoint_runs", {"endpoint_id": api_world.a.endpoint.pk})
-    readme = await client.read_resource("cronicorn://docs/readme")
+    readme = await client.read_resource("cronicorn://docs/concepts")
     state = await client.read_resource(f"cronicorn://endpoints/{endpoint_id}")
     return {
         "tools": tools,
@@ -186,9 +182,9 @@ def test_every_tool_answers_404_for_the_other_tenants_objects_and_403_to_a_read_
 
     not_found = asyncio.run(scenario(api_world.write_key, api_world.b, None))
     assert len(not_found) >= 25
-    assert all(": 404 Not Found" in text for text in not_found.values()), not_found
+    assert all(text.startswith("404 Not Found: ") for text in not_found.values()), not_found
     forbidden = asyncio.run(scenario(api_world.read_key, api_world.a, True))
-    assert all(": 403 Forbidden" in text for text in forbidden.values()), forbidden
+    assert all(text.startswith("403 Forbidden: ") for text in forbidden.values()), forbidden
     assert len(forbidden) == len(operations(write=True))
 
 

@@ -9,19 +9,13 @@ from django.utils import timezone
 from ninja import Router
 from ninja.errors import HttpError
 
+from api.alert_schemas import AcknowledgementOut, ChannelIn, ChannelOut, ChannelPatch, DeliveryOut
 from api.auth import Principal, get_scoped
 from api.forms import validated_channel
 from api.operations import operation
 from api.routers.endpoints import scoped_endpoint
 from api.routers.jobs import tenant_for
-from api.schemas import (
-    AcknowledgementOut,
-    ChannelIn,
-    ChannelOut,
-    ChannelPatch,
-    DeliveryOut,
-    Message,
-)
+from api.schemas import Message
 from endpoints.models import Tenant
 from notifications.alerts import acknowledge
 from notifications.delivery import send_test_message
@@ -93,6 +87,7 @@ def update_channel(principal: Principal, channel_id: int, payload: ChannelPatch)
     name="delete_channel",
     response=Message,
     write=True,
+    destructive=True,
 )
 def delete_channel(principal: Principal, channel_id: int) -> Message:
     """Delete an alert channel with its delivery records."""

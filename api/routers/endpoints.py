@@ -4,6 +4,7 @@ function."""
 
 from __future__ import annotations
 
+from datetime import datetime
 from zoneinfo import ZoneInfo
 
 from django.db.models import Q, QuerySet
@@ -23,6 +24,7 @@ from api.schemas import (
     EndpointOut,
     EndpointPage,
     EndpointPatch,
+    HintedEndpointOut,
     HintIn,
     Message,
     PauseIn,
@@ -33,7 +35,7 @@ from api.schemas import (
 )
 from endpoints import operations
 from endpoints.governor import EndpointSchedule, explain_plan, preview_runs
-from endpoints.models import Endpoint, EndpointStatus, Run
+from endpoints.models import DEFAULT_HINT_TTL_MS, Endpoint, EndpointStatus, HintKind, Run
 from endpoints.validation import duration_from_ms
 
 router = Router(tags=["endpoints"])
@@ -159,6 +161,7 @@ def update_endpoint(principal: Principal, endpoint_id: int, payload: EndpointPat
     name="delete_endpoint",
     response=Message,
     write=True,
+    destructive=True,
 )
 def delete_endpoint(principal: Principal, endpoint_id: int) -> Message:
     """Delete an endpoint and its runs (archive it instead to keep its history)."""
@@ -175,6 +178,7 @@ def delete_endpoint(principal: Principal, endpoint_id: int) -> Message:
     name="archive_endpoint",
     response=EndpointOut,
     write=True,
+    destructive=True,
 )
 def archive_endpoint(principal: Principal, endpoint_id: int) -> Endpoint:
     """Archive an endpoint: it never runs again; its runs are kept."""
@@ -190,6 +194,7 @@ def archive_endpoint(principal: Principal, endpoint_id: int) -> Endpoint:
     name="pause_endpoint",
     response=EndpointOut,
     write=True,
+    repeatable=False,
 )
 def pause_endpoint(principal: Principal, endpoint_id: int, payload: PauseIn) -> Endpoint:
     """Pause an endpoint until a time (``until``) or for a while (``for_ms``)."""
@@ -211,6 +216,7 @@ def pause_endpoint(principal: Principal, endpoint_id: int, payload: PauseIn) -> 
     name="resume_endpoint",
     response=EndpointOut,
     write=True,
+    repeatable=True,
 )
 def resume_endpoint(principal: Principal, endpoint_id: int) -> Endpoint:
     """Resume a paused endpoint; it is planned afresh."""
@@ -254,22 +260,62 @@ def test_endpoint(principal: Principal, endpoint_id: int) -> Run:
     "post",
     "/endpoints/{endpoint_id}/hint",
     name="set_hint",
-    response=EndpointOut,
+    response=HintedEndpointOut,
     write=True,
 )
 def set_hint(principal: Principal, endpoint_id: int, payload: HintIn) -> Endpoint:
-    """Set an interval hint (``interval_ms``) or a one-shot run (``next_run_at``) for ``ttl_ms``."""
+    """Set a hint: a new cadence (interval_ms) or one run (next_run_at or next_run_in_ms).
+
+    The hint lasts ttl_ms (default an hour for an interval, 30 minutes for a one-shot),
+    always inside the endpoint's min/max interval; a tighter cadence or an earlier run takes
+    effect at once. Both kinds share one expiry, so a one-shot changes an active interval
+    hint's expiry too: the answer's notice says so.
+    """
     endpoint = scoped_endpoint(principal, endpoint_id)
+    now = timezone.now()
+    given = [
+        name
+        for name in ("interval_ms", "next_run_at", "next_run_in_ms")
+        if getattr(payload, name) is not None
+    ]
+    if len(given) != 1:
+        message = "Give exactly one of interval_ms, next_run_at or next_run_in_ms."
+        raise InvalidInput({name: [message] for name in given or ["interval_ms"]})
+    next_run_at = payload.next_run_at
+    if payload.next_run_in_ms is not None:
+        delay = duration_from_ms(payload.next_run_in_ms, field="next_run_in_ms", minimum=0)
+        next_run_at = now + delay
+    kind = HintKind.INTERVAL if payload.interval_ms is not None else HintKind.ONESHOT
+    ttl_ms = payload.ttl_ms if payload.ttl_ms is not None else DEFAULT_HINT_TTL_MS[kind]
+    before = (endpoint.ai_hint_interval_ms, endpoint.ai_hint_expires_at)
     operations.apply_hint(
         endpoint,
-        now=timezone.now(),
+        now=now,
         interval_ms=payload.interval_ms,
-        next_run_at=payload.next_run_at,
-        ttl=duration_from_ms(payload.ttl_ms, field="ttl_ms"),
+        next_run_at=next_run_at,
+        ttl=duration_from_ms(ttl_ms, field="ttl_ms"),
         reason=payload.reason,
         user=principal.user,
     )
+    endpoint.notice = _hint_notice(kind, before, endpoint.ai_hint_expires_at, now)  # type: ignore[attr-defined]
     return endpoint
+
+
+def _hint_notice(
+    kind: str,
+    before: tuple[int | None, datetime | None],
+    expires_at: datetime | None,
+    now: datetime,
+) -> str:
+    interval_ms, old_expiry = before
+    active = interval_ms is not None and old_expiry is not None and old_expiry > now
+    if kind != HintKind.ONESHOT or not active or expires_at == old_expiry:
+        return ""
+    return (
+        f"The active interval hint ({interval_ms} ms) now also expires at "
+        f"{expires_at:%Y-%m-%d %H:%M:%S} UTC instead of {old_expiry:%Y-%m-%d %H:%M:%S} UTC: "
+        "both kinds of hint share one expiry."
+    )
 
 
 @operation(
@@ -279,6 +325,7 @@ def set_hint(principal: Principal, endpoint_id: int, payload: HintIn) -> Endpoin
     name="clear_hints",
     response=EndpointOut,
     write=True,
+    repeatable=True,
 )
 def clear_hints(principal: Principal, endpoint_id: int, payload: ReasonIn) -> Endpoint:
     """Drop the endpoint's hints; it runs on its baseline again."""
@@ -294,6 +341,7 @@ def clear_hints(principal: Principal, endpoint_id: int, payload: ReasonIn) -> En
     name="reset_failures",
     response=EndpointOut,
     write=True,
+    repeatable=True,
 )
 def reset_failures(principal: Principal, endpoint_id: int) -> Endpoint:
     """Forget the failure streak (and its backoff)."""

@@ -7,13 +7,21 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.db.models import Count, Q
+from django.db.models.functions import TruncHour
 from django.utils import timezone
 from ninja import Router
 
 from api.auth import Principal
 from api.operations import operation
 from api.routers.endpoints import scoped_endpoint
-from api.schemas import Dashboard, EndpointHealth, SchedulerHealth, WindowHealth
+from api.schemas import (
+    Dashboard,
+    EndpointHealth,
+    FailingEndpoint,
+    HourStats,
+    SchedulerHealth,
+    WindowHealth,
+)
 from endpoints.health import HealthReport, percentile, scoped_health
 from endpoints.models import FAILED_STATUSES, Endpoint, Run, RunStatus
 
@@ -22,6 +30,8 @@ router = Router(tags=["health"])
 WINDOWS = {"1h": timedelta(hours=1), "24h": timedelta(hours=24), "7d": timedelta(days=7)}
 # Percentiles from the latest runs of a window, as the dashboard's lateness does.
 DURATION_SAMPLE = 10_000
+SERIES_HOURS = 24
+TOP_FAILING = 10
 
 
 def _tenant_ids(principal: Principal) -> list[int] | None:
@@ -77,7 +87,9 @@ def _window(runs: Any, label: str, since: datetime) -> WindowHealth:
 
 @operation(router, "get", "/dashboard", name="dashboard_stats", response=Dashboard)
 def dashboard_stats(principal: Principal) -> Dashboard:
-    """Counts for a status page: endpoints, failing, paused; runs and failures in 24 h."""
+    """The status page in numbers: endpoints (failing, paused), runs and failures in the
+    last 24 h, hour by hour (series), which rules scheduled them (source mix), and the
+    endpoints that failed most (top failing)."""
     now = timezone.now()
     endpoints = principal.scope(Endpoint.objects.live(), "job__tenant")
     runs = principal.scope(Run.objects.all(), "endpoint__job__tenant").filter(
@@ -98,4 +110,53 @@ def dashboard_stats(principal: Principal) -> Dashboard:
         paused=counts["paused"],
         runs_last_24h=run_counts["total"],
         failures_last_24h=run_counts["failed"],
+        series=_series(runs, now),
+        source_mix=_source_mix(runs),
+        top_failing=_top_failing(runs),
     )
+
+
+def _series(runs: Any, now: datetime) -> list[HourStats]:
+    """24 hourly buckets, oldest first, empty hours included (a chart needs no gaps)."""
+    rows = (
+        runs.annotate(hour=TruncHour("started_at"))
+        .values("hour")
+        .annotate(total=Count("pk"), failed=Count("pk", filter=Q(status__in=FAILED_STATUSES)))
+    )
+    counted = {row["hour"]: row for row in rows}
+    first = now.replace(minute=0, second=0, microsecond=0) - timedelta(hours=SERIES_HOURS - 1)
+    series = []
+    for step in range(SERIES_HOURS):
+        hour = first + timedelta(hours=step)
+        row = counted.get(hour, {})
+        series.append(HourStats(hour=hour, runs=row.get("total", 0), failures=row.get("failed", 0)))
+    return series
+
+
+def _source_mix(runs: Any) -> dict[str, int]:
+    rows = runs.values("source").annotate(total=Count("pk")).order_by("-total", "source")
+    return {row["source"] or "manual": row["total"] for row in rows}
+
+
+def _top_failing(runs: Any) -> list[FailingEndpoint]:
+    rows = list(
+        runs.filter(status__in=FAILED_STATUSES)
+        .values("endpoint_id")
+        .annotate(failures=Count("pk"))
+        .order_by("-failures", "endpoint_id")[:TOP_FAILING]
+    )
+    endpoints = Endpoint.objects.select_related("job").in_bulk([r["endpoint_id"] for r in rows])
+    shown = []
+    for row in rows:
+        endpoint = endpoints.get(row["endpoint_id"])
+        if endpoint is None:  # deleted meanwhile
+            continue
+        shown.append(
+            FailingEndpoint(
+                endpoint_id=endpoint.pk,
+                ref=endpoint.ref,
+                failures_last_24h=row["failures"],
+                failures_in_a_row=endpoint.failure_count,
+            )
+        )
+    return shown

@@ -8,8 +8,10 @@ from api.auth import Principal, get_scoped
 from api.operations import operation
 from api.pagination import DEFAULT_LIMIT, Page, keyset_page
 from api.routers.endpoints import scoped_endpoint
-from api.schemas import HintOut, HintPage, SessionDetail, SessionPage
+from api.schemas import AnalyzeIn, HintOut, HintPage, SessionDetail, SessionPage
 from endpoints.models import HintHistory
+from endpoints.operations import OperationRefused
+from planner.analysis import AnalysisBusy, analyze_endpoint
 from planner.models import AnalysisSession
 
 router = Router(tags=["history"])
@@ -57,3 +59,29 @@ def list_sessions(
 def get_session(principal: Principal, session_id: int) -> AnalysisSession:
     """One analysis session: its reasoning, tool calls and actions."""
     return get_scoped(principal, AnalysisSession.objects.all(), "endpoint__job__tenant", session_id)
+
+
+@operation(
+    router,
+    "post",
+    "/endpoints/{endpoint_id}/analyze",
+    name="analyze_endpoint",
+    response=SessionDetail,
+    write=True,
+)
+def analyze_endpoint_now(
+    principal: Principal, endpoint_id: int, payload: AnalyzeIn
+) -> AnalysisSession:
+    """Run the planner on one endpoint now and return its analysis session.
+
+    The planner reads the recent runs and may set a hint, pause or clear hints, as it does
+    on its own every few minutes; the session records its reasoning, tool calls and
+    actions. With the llm backend this waits for the model (up to its time budget).
+    """
+    endpoint = scoped_endpoint(principal, endpoint_id)
+    if endpoint.archived_at is not None:
+        raise OperationRefused(f"{endpoint.ref} is archived; archived endpoints are not analysed.")
+    try:
+        return analyze_endpoint(endpoint, backend=payload.backend)
+    except AnalysisBusy as exc:
+        raise OperationRefused(str(exc)) from None

@@ -12,7 +12,7 @@ from api.errors import InvalidInput
 from api.forms import validated_job
 from api.operations import operation
 from api.pagination import DEFAULT_LIMIT, Page, keyset_page
-from api.schemas import JobIn, JobOut, JobPage, JobPatch, Message
+from api.schemas import JobIn, JobOut, JobPage, JobPatch, JobStatusFilter, Message
 from endpoints import operations
 from endpoints.models import Job, Tenant
 
@@ -24,9 +24,16 @@ def scoped_job(principal: Principal, job_id: int) -> Job:
 
 
 @operation(router, "get", "/jobs", name="list_jobs", response=JobPage)
-def list_jobs(principal: Principal, cursor: str | None = None, limit: int = DEFAULT_LIMIT) -> Page:
-    """List jobs, oldest first."""
+def list_jobs(
+    principal: Principal,
+    status: JobStatusFilter | None = None,
+    cursor: str | None = None,
+    limit: int = DEFAULT_LIMIT,
+) -> Page:
+    """List jobs, oldest first; filter by status (active, paused, archived)."""
     jobs = principal.scope(Job.objects.all(), "tenant")
+    if status:
+        jobs = jobs.filter(status=status)
     return keyset_page(jobs, key="id", cursor=cursor, limit=limit, descending=False)
 
 
@@ -72,9 +79,19 @@ def update_job(principal: Principal, job_id: int, payload: JobPatch) -> Job:
     return job
 
 
-@operation(router, "delete", "/jobs/{job_id}", name="delete_job", response=Message, write=True)
+@operation(
+    router,
+    "delete",
+    "/jobs/{job_id}",
+    name="delete_job",
+    response=Message,
+    write=True,
+    destructive=True,
+)
 def delete_job(principal: Principal, job_id: int) -> Message:
-    """Delete a job with its endpoints and their runs (archive endpoints to keep history)."""
+    """Delete a job with its endpoints and all their runs, for good.
+
+    To stop a job but keep its history, archive it instead (archive_job)."""
     job = scoped_job(principal, job_id)
     job.delete()
     return Message(detail=f"Job {job.name} deleted.")
@@ -92,7 +109,15 @@ def run_job_now(principal: Principal, job_id: int) -> Message:
     return Message(detail=detail)
 
 
-@operation(router, "post", "/jobs/{job_id}/pause", name="pause_job", response=JobOut, write=True)
+@operation(
+    router,
+    "post",
+    "/jobs/{job_id}/pause",
+    name="pause_job",
+    response=JobOut,
+    write=True,
+    repeatable=True,
+)
 def pause_job(principal: Principal, job_id: int) -> Job:
     """Pause a job: none of its endpoints is claimed until it is resumed."""
     job = scoped_job(principal, job_id)
@@ -100,9 +125,51 @@ def pause_job(principal: Principal, job_id: int) -> Job:
     return job
 
 
-@operation(router, "post", "/jobs/{job_id}/resume", name="resume_job", response=JobOut, write=True)
+@operation(
+    router,
+    "post",
+    "/jobs/{job_id}/resume",
+    name="resume_job",
+    response=JobOut,
+    write=True,
+    repeatable=True,
+)
 def resume_job(principal: Principal, job_id: int) -> Job:
     """Resume a paused job; its endpoints are planned afresh."""
     job = scoped_job(principal, job_id)
     operations.resume_job(job, now=timezone.now(), user=principal.user)
+    return job
+
+
+@operation(
+    router,
+    "post",
+    "/jobs/{job_id}/archive",
+    name="archive_job",
+    response=JobOut,
+    write=True,
+    repeatable=True,
+)
+def archive_job(principal: Principal, job_id: int) -> Job:
+    """Archive a job: none of its endpoints runs again; every run and hint is kept.
+
+    unarchive_job brings it back (paused); delete_job removes it and its history for good.
+    """
+    job = scoped_job(principal, job_id)
+    operations.archive_job(job, now=timezone.now(), user=principal.user)
+    return job
+
+
+@operation(
+    router,
+    "post",
+    "/jobs/{job_id}/unarchive",
+    name="unarchive_job",
+    response=JobOut,
+    write=True,
+)
+def unarchive_job(principal: Principal, job_id: int) -> Job:
+    """Bring an archived job back, paused: resume_job then runs its endpoints again."""
+    job = scoped_job(principal, job_id)
+    operations.unarchive_job(job, now=timezone.now(), user=principal.user)
     return job

@@ -12,7 +12,7 @@ from api.operations import operation
 from api.pagination import DEFAULT_LIMIT, Page, keyset_page
 from api.routers.endpoints import scoped_endpoint
 from api.routers.jobs import scoped_job
-from api.schemas import RunDetail, RunOut, RunPage, RunStatusFilter
+from api.schemas import IsoTime, RunDetail, RunOut, RunPage, RunStatusFilter
 from endpoints.models import Run
 
 router = Router(tags=["runs"])
@@ -47,8 +47,8 @@ def list_endpoint_runs(
     principal: Principal,
     endpoint_id: int,
     status: RunStatusFilter | None = None,
-    since: datetime | None = None,
-    until: datetime | None = None,
+    since: IsoTime | None = None,
+    until: IsoTime | None = None,
     cursor: str | None = None,
     limit: int = DEFAULT_LIMIT,
 ) -> Page:
@@ -63,8 +63,8 @@ def list_job_runs(
     principal: Principal,
     job_id: int,
     status: RunStatusFilter | None = None,
-    since: datetime | None = None,
-    until: datetime | None = None,
+    since: IsoTime | None = None,
+    until: IsoTime | None = None,
     cursor: str | None = None,
     limit: int = DEFAULT_LIMIT,
 ) -> Page:

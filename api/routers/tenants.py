@@ -49,6 +49,7 @@ def get_tenant(principal: Principal, tenant_id: int) -> TenantOut:
     name="rotate_signing_secret",
     response=SigningSecretOut,
     write=True,
+    destructive=True,
 )
 def rotate_signing_secret(principal: Principal, tenant_id: int) -> SigningSecretOut:
     """Rotate the tenant's request-signing secret and show the new one, once.

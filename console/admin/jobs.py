@@ -236,7 +236,7 @@ class JobAdmin(TenantScopedAdmin):
     list_filter = (("tenant", TenantFilter), "status")
     search_fields = ("name",)
     list_select_related = ("tenant",)
-    actions = ("run_jobs_now", "pause_jobs", "resume_jobs")
+    actions = ("run_jobs_now", "pause_jobs", "resume_jobs", "archive_jobs", "unarchive_jobs")
     fields = (
         "tenant",
         "name",
@@ -293,6 +293,14 @@ class JobAdmin(TenantScopedAdmin):
     @admin.action(description="Resume the selected jobs")
     def resume_jobs(self, request: HttpRequest, queryset: QuerySet[Job]) -> None:
         self._each_job(request, queryset, operations.resume_job, "resumed")
+
+    @admin.action(description="Archive the selected jobs (stop for good, keep the history)")
+    def archive_jobs(self, request: HttpRequest, queryset: QuerySet[Job]) -> None:
+        self._each_job(request, queryset, operations.archive_job, "archived")
+
+    @admin.action(description="Unarchive the selected jobs (back, paused)")
+    def unarchive_jobs(self, request: HttpRequest, queryset: QuerySet[Job]) -> None:
+        self._each_job(request, queryset, operations.unarchive_job, "unarchived (paused)")
 
     def _each_job(
         self,

@@ -19,6 +19,11 @@ The format (``export_config`` writes it, ``plan_import`` reads it)::
           - name: billing
             description: Nightly billing and its health checks.
             max_concurrent: 1
+            alerts:                   # the job's alert rule (the notifications app)
+              after_failures: 2
+              stale_factor: 3
+              quiet_from: "22:00"     # UTC; give both ends or neither
+              quiet_until: "07:00"
             endpoints:
               - name: queue
                 url: https://billing.example.com/queue
@@ -32,6 +37,7 @@ The format (``export_config`` writes it, ``plan_import`` reads it)::
                 min_interval: 30s
                 max_interval: 1h
                 description: Tighten while the queue is deep.
+                alerts: {on_pause: false}     # this endpoint's override of the job's rule
 
 Jobs and endpoints are declarative: a key left out takes its default, so the file is the
 whole definition. Runtime state (next run, hints, pauses, failures, job status) is never
@@ -46,7 +52,9 @@ of its choice. Export never writes a secret: every secret header (listed in
 HMAC secret and every channel target are written as a ``${CRONICORN_SECRET_...}``
 reference named after tenant, job, endpoint and header (or channel), which must be set in
 the environment when the file is imported again. Channels, like jobs, are declarative;
-ones the file leaves out are kept.
+ones the file leaves out are kept. An ``alerts`` rule is declarative too (its keys left
+out take their defaults: after 3 failures, on recovery, on pause); a job or endpoint
+without ``alerts`` keeps the rule it has.
 
 Import is all or nothing: every entry is checked (schema, then the model's ``full_clean``,
 the single home of the rules) before anything is written, every problem is reported with

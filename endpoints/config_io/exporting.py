@@ -10,6 +10,7 @@ from typing import Any
 from django.apps import apps
 
 from endpoints.config_io.schema import (
+    ALERT_KEYS,
     ENDPOINT_KEYS,
     FORMAT_VERSION,
     JOB_KEYS,
@@ -87,6 +88,8 @@ def _export_job(tenant: Tenant, job: Job, references: list[str]) -> dict[str, An
         value = getattr(job, spec.model_field)
         if value != field_default(Job, spec.model_field):
             entry[key] = spec.to_file(value)
+    if (alerts := _export_alerts(job=job)) is not None:
+        entry["alerts"] = alerts
     endpoints = [
         _export_endpoint(tenant, job, endpoint, references)
         for endpoint in job.endpoints.live().order_by("name")
@@ -94,6 +97,22 @@ def _export_job(tenant: Tenant, job: Job, references: list[str]) -> dict[str, An
     if endpoints:
         entry["endpoints"] = endpoints
     return entry
+
+
+def _export_alerts(**owner: Any) -> dict[str, Any] | None:
+    """The alert rule of a job or an endpoint (only the keys that differ from the
+    defaults); None when it has none."""
+    if not apps.is_installed("notifications"):
+        return None
+    model = apps.get_model("notifications", "AlertRule")
+    rule = model.objects.filter(**owner).first()
+    if rule is None:
+        return None
+    return {
+        key: spec.to_file(getattr(rule, spec.model_field))
+        for key, spec in ALERT_KEYS.items()
+        if getattr(rule, spec.model_field) != field_default(model, spec.model_field)
+    }
 
 
 def _export_endpoint(
@@ -112,6 +131,8 @@ def _export_endpoint(
             else value
             for header, value in endpoint.headers.items()
         }
+    if (alerts := _export_alerts(endpoint=endpoint)) is not None:
+        entry["alerts"] = alerts
     if url_password(endpoint.url):
         password = _reference(references, tenant.name, job.name, endpoint.name, "URL_PASSWORD")
         entry["url"] = replace_url_password(endpoint.url, password)

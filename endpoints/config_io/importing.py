@@ -16,12 +16,14 @@ from django.db import IntegrityError, models, transaction
 
 from endpoints.config_io.documents import ConfigError, load_document
 from endpoints.config_io.schema import (
+    ALERT_KEYS,
     CHANNEL_KEYS,
     DEFINITION_FIELDS,
     ENDPOINT_KEYS,
     JOB_KEYS,
     SCHEDULE_CHOICE,
     TENANT_KEYS,
+    AlertSpec,
     ChannelSpec,
     Config,
     EndpointSpec,
@@ -203,6 +205,8 @@ def _plan_job(planner: _Planner, tenant: Tenant, spec: JobSpec) -> int:
         setattr(job, model_field, value)
     _validate(planner, job, spec, JOB_KEYS, exclude=["tenant"])
     _record(planner, "job", f"{tenant.name}/{spec.name}", job, old, JOB_KEYS)
+    if spec.alerts is not None:
+        _plan_alerts(planner, spec.alerts, f"{tenant.name}/{spec.name}", job=job)
     current = {e.name: e for e in job.endpoints.all()} if job.pk else {}
     for endpoint_spec in spec.endpoints:
         if endpoint_spec.name:
@@ -230,6 +234,49 @@ def _plan_endpoint(
     write = _record(planner, "endpoint", f"{job.name}/{spec.name}", endpoint, old, ENDPOINT_KEYS)
     moved = set(write.update_fields) & {*SCHEDULE_FIELDS, "archived_at"}
     write.reschedule = write.change.action == "created" or bool(moved)
+    if spec.alerts is not None:
+        _plan_alerts(planner, spec.alerts, f"{job.name}/{spec.name}", endpoint=endpoint)
+
+
+def _plan_alerts(
+    planner: _Planner,
+    spec: AlertSpec,
+    label: str,
+    *,
+    job: Job | None = None,
+    endpoint: Endpoint | None = None,
+) -> None:
+    """The alert rule of a job (or an endpoint's override), declarative like the rest: the
+    keys left out take their defaults. A job or endpoint without ``alerts`` keeps its rule."""
+    if not apps.is_installed("notifications"):
+        planner.problems.append(f"{spec.where}: alert rules need the notifications app")
+        return
+    model = apps.get_model("notifications", "AlertRule")
+    owner = job if job is not None else endpoint
+    assert owner is not None
+    existing = None
+    if owner.pk:
+        existing = model.objects.filter(**{"job" if job else "endpoint": owner}).first()
+    rule = existing or model(job=job, endpoint=endpoint)
+    desired = {k.model_field: field_default(model, k.model_field) for k in ALERT_KEYS.values()}
+    desired.update(spec.values)
+    old = _snapshot(rule, desired)
+    for model_field, value in desired.items():
+        setattr(rule, model_field, value)
+    skip = set(spec.failed)
+    try:
+        # The job or endpoint may be new (saved just before the rule, in the same
+        # transaction): its link is checked by the database, the values here.
+        rule.clean_fields(exclude=["job", "endpoint", *skip])
+    except ValidationError as exc:
+        planner.invalid(spec.where, exc, _file_keys(ALERT_KEYS), skip)
+    if (rule.quiet_from is None) != (rule.quiet_until is None):
+        planner.problems.append(
+            f"{spec.where}: give both quiet_from and quiet_until (quiet hours), or neither"
+        )
+    if isinstance(rule.after_failures, int) and rule.after_failures < 1:
+        planner.problems.append(f"{spec.where}.after_failures: alert after at least 1 failure")
+    _record(planner, "alert rule", label, rule, old, ALERT_KEYS)
 
 
 def _file_keys(keys: dict[str, Key]) -> dict[str, str]:

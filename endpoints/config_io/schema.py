@@ -7,6 +7,7 @@ import json
 import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+from datetime import time
 from typing import Any
 
 from django.conf import settings
@@ -123,6 +124,22 @@ def _interval_to_file(value: int | None) -> str | None:
     return format_interval(value) if value else None
 
 
+def _clock(value: Any) -> time:
+    """A UTC clock time, ``22:00`` or ``22:00:30`` (quiet hours)."""
+    text = _text(value).strip()
+    try:
+        parsed = time.fromisoformat(text)
+    except ValueError:
+        raise _Invalid(f"expected a UTC clock time like 22:00, got {text!r}") from None
+    if parsed.tzinfo is not None:
+        raise _Invalid("quiet hours are in UTC: write the time without an offset, e.g. 22:00")
+    return parsed
+
+
+def _clock_to_file(value: time | None) -> str | None:
+    return value.strftime("%H:%M" if not value.second else "%H:%M:%S") if value else None
+
+
 TENANT_KEYS = {
     "max_endpoints": Key("max_endpoints", _whole),
     "min_interval": Key("min_interval_ms", _duration, _interval_to_file),
@@ -154,6 +171,15 @@ CHANNEL_KEYS = {
     "target": Key("target", lambda value: value),  # resolved with its references
     "enabled": Key("enabled", _flag),
 }
+ALERT_KEYS = {
+    "enabled": Key("enabled", _flag),
+    "after_failures": Key("after_failures", _whole),
+    "on_recovery": Key("on_recovery", _flag),
+    "on_pause": Key("on_pause", _flag),
+    "stale_factor": Key("stale_factor", _whole),
+    "quiet_from": Key("quiet_from", _clock, _clock_to_file),
+    "quiet_until": Key("quiet_until", _clock, _clock_to_file),
+}
 SCHEDULE_CHOICE = frozenset({"baseline_cron", "baseline_interval_ms"})
 DEFINITION_FIELDS = tuple(key.model_field for key in ENDPOINT_KEYS.values())
 
@@ -163,11 +189,21 @@ DEFINITION_FIELDS = tuple(key.model_field for key in ENDPOINT_KEYS.values())
 
 
 @dataclass
+class AlertSpec:
+    """A job's alert rule, or an endpoint's override of it (the notifications app)."""
+
+    where: str
+    values: dict[str, Any]
+    failed: frozenset[str]
+
+
+@dataclass
 class EndpointSpec:
     where: str
     name: str
     values: dict[str, Any]
     failed: frozenset[str]
+    alerts: AlertSpec | None = None
 
 
 @dataclass
@@ -177,6 +213,7 @@ class JobSpec:
     values: dict[str, Any]
     failed: frozenset[str]
     endpoints: list[EndpointSpec]
+    alerts: AlertSpec | None = None
 
 
 @dataclass
@@ -372,7 +409,7 @@ def _read_channel(
 
 def _read_job(reader: _Reader, raw: Any, where: str, seen: dict[str, str]) -> JobSpec | None:
     start = len(reader.problems)
-    if (mapping := reader.mapping(raw, where, ["name", "endpoints", *JOB_KEYS])) is None:
+    if (mapping := reader.mapping(raw, where, ["name", "endpoints", "alerts", *JOB_KEYS])) is None:
         return None
     name = reader.name(mapping, where, seen, "job")
     values = reader.values(mapping, where, JOB_KEYS)
@@ -383,14 +420,25 @@ def _read_job(reader: _Reader, raw: Any, where: str, seen: dict[str, str]) -> Jo
         for ep_where, ep_raw in reader.items(mapping, "endpoints", where)
         if (spec := _read_endpoint(reader, ep_raw, ep_where, endpoint_names)) is not None
     ]
-    return JobSpec(where, name, values, failed, endpoints)
+    return JobSpec(where, name, values, failed, endpoints, _read_alerts(reader, mapping, where))
+
+
+def _read_alerts(reader: _Reader, mapping: dict[str, Any], where: str) -> AlertSpec | None:
+    if "alerts" not in mapping:
+        return None
+    at = _at(where, "alerts")
+    start = len(reader.problems)
+    if (raw := reader.mapping(mapping["alerts"], at, ALERT_KEYS)) is None:
+        return None
+    values = reader.values(raw, at, ALERT_KEYS)
+    return AlertSpec(at, values, reader.failed_fields(start, at, ALERT_KEYS))
 
 
 def _read_endpoint(
     reader: _Reader, raw: Any, where: str, seen: dict[str, str]
 ) -> EndpointSpec | None:
     start = len(reader.problems)
-    if (mapping := reader.mapping(raw, where, ["name", *ENDPOINT_KEYS])) is None:
+    if (mapping := reader.mapping(raw, where, ["name", "alerts", *ENDPOINT_KEYS])) is None:
         return None
     name = reader.name(mapping, where, seen, "endpoint")
     values = reader.values(mapping, where, ENDPOINT_KEYS)
@@ -412,7 +460,9 @@ def _read_endpoint(
                 f"{where}.headers.{header}: comes from the environment but is not listed in "
                 "secret_headers, so it is shown in the admin and written by export"
             )
-    return EndpointSpec(where, name, values, reader.failed_fields(start, where, ENDPOINT_KEYS))
+    alerts = _read_alerts(reader, mapping, where)
+    failed = reader.failed_fields(start, where, ENDPOINT_KEYS)
+    return EndpointSpec(where, name, values, failed - {"alerts"}, alerts)
 
 
 def _raw_headers(mapping: dict[str, Any]) -> dict[str, str]:

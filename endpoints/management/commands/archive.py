@@ -1,4 +1,5 @@
-"""``manage.py archive ENDPOINT``: stop an endpoint for good, keeping its history."""
+"""``manage.py archive ENDPOINT`` or ``archive --job JOB``: stop an endpoint, or every
+endpoint of a job, for good, keeping the history."""
 
 from __future__ import annotations
 
@@ -7,22 +8,41 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.utils import timezone
 
-from endpoints.management.commands._shared import add_endpoint_argument, find_endpoint
-from endpoints.operations import archive_endpoint
+from endpoints.management.commands._shared import REF_HELP, find_endpoint, find_job
+from endpoints.models import JobStatus
+from endpoints.operations import archive_endpoint, archive_job
 
 
 class Command(BaseCommand):
     help = (
         "Archive an endpoint: it is never claimed again, its runs and hints are kept, and "
-        "a run already in flight finishes. Importing a file that lists it brings it back."
+        "a run already in flight finishes. Importing a file that lists it brings it back. "
+        "With --job JOB, archive the whole job (none of its endpoints runs; "
+        "'unarchive --job JOB' brings it back, paused)."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
-        add_endpoint_argument(parser)
+        parser.add_argument(
+            "endpoint", nargs="?", metavar="ENDPOINT", help=REF_HELP.capitalize() + "."
+        )
+        parser.add_argument("--job", metavar="JOB", help="Archive this job (name or id).")
 
     def handle(self, *args: Any, **options: Any) -> None:
+        if bool(options["endpoint"]) == bool(options["job"]):
+            raise CommandError("Name an endpoint (job/endpoint or id) or a job with --job.")
+        now = timezone.now()
+        if options["job"]:
+            job = find_job(options["job"])
+            if job.status == JobStatus.ARCHIVED:
+                raise CommandError(f"Job {job.name} is already archived.")
+            archive_job(job, now=now)
+            self.stdout.write(
+                f"Job {job.name} archived: none of its endpoints runs; history kept. "
+                f"Undo with: manage.py unarchive --job {job.name}"
+            )
+            return
         endpoint = find_endpoint(options["endpoint"])
         if endpoint.archived_at:
             raise CommandError(f"{endpoint.ref} was already archived at {endpoint.archived_at}.")
-        archive_endpoint(endpoint, now=timezone.now())
+        archive_endpoint(endpoint, now=now)
         self.stdout.write(f"{endpoint.ref} archived.")

@@ -15,10 +15,13 @@ from endpoints.management.commands._shared import (
     parse_duration,
     parse_when,
 )
+from endpoints.models import DEFAULT_HINT_TTL_MS
 from endpoints.operations import OperationRefused, apply_hint
 
 ONE_MS = timedelta(milliseconds=1)
-DEFAULT_TTL = {"interval": timedelta(minutes=60), "oneshot": timedelta(minutes=30)}
+DEFAULT_TTL: dict[str, timedelta] = {
+    kind: timedelta(milliseconds=ms) for kind, ms in DEFAULT_HINT_TTL_MS.items()
+}
 
 
 class Command(BaseCommand):
