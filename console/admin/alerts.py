@@ -16,8 +16,8 @@ from django.urls import URLPattern, path, reverse
 from django.utils import timezone
 from django.utils.html import format_html
 
+from console.admin.base import RecordAdmin, TenantScopedAdmin
 from console.admin.filters import scope, user_tenant_ids
-from console.admin.jobs import RecordAdmin, TenantScopedAdmin
 from endpoints.models import Endpoint, Job, Tenant
 from notifications.delivery import send_test_message
 from notifications.forms import AlertRuleForm, ChannelForm

@@ -9,9 +9,9 @@ from django.urls import reverse
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 
+from console.admin.base import RecordAdmin
 from console.admin.display import endpoint_link, pretty_json, status_badge, when
 from console.admin.filters import BoundedCountPaginator, EndpointFilter, JobFilter, StartedFilter
-from console.admin.jobs import RecordAdmin
 from planner.models import AnalysisSession
 
 

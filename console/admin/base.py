@@ -1,0 +1,80 @@
+"""What every admin of the console shares: tenant scoping and no lookups on secrets.
+
+Scoping rule: a superuser sees everything; a staff user sees, through every list,
+change page, filter, autocomplete, action and URL, only the rows of the tenants they
+are a member of (anything else is a 404). Membership is the permission: a staff member
+of a tenant may view, add and change its jobs and endpoints and view its records (runs,
+hints, planner sessions), which nobody edits. Only superusers delete or manage tenants.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+from django.contrib import admin
+from django.db.models import QuerySet
+from django.http import Http404, HttpRequest
+
+from console.admin.filters import (
+    scope,
+    user_tenant_ids,
+)
+
+# Fields holding secrets (header values, a URL's password, the HMAC secret). A lookup on
+# one (``?headers__X-Partner__startswith=a``) would let a person read a masked value back
+# one character at a time, so the changelist refuses it, however it is spelled.
+SECRET_FIELDS = frozenset({"headers", "url", "hmac_secret"})
+
+
+class NoSecretLookups(admin.ModelAdmin):
+    def lookup_allowed(self, lookup: str, value: str, request: HttpRequest | None = None) -> bool:
+        if SECRET_FIELDS.intersection(lookup.split("__")):
+            return False
+        return super().lookup_allowed(lookup, value, request)
+
+
+class TenantScopedAdmin(NoSecretLookups):
+    """Rows reachable only through the user's tenants; ``tenant_path`` leads to the tenant."""
+
+    tenant_path: ClassVar[str]
+    editable: ClassVar[bool] = False
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[Any]:
+        return scope(super().get_queryset(request), request, self.tenant_path)
+
+    def is_member(self, request: HttpRequest) -> bool:
+        user: Any = request.user
+        if user.is_superuser:
+            return True
+        return bool(user.is_active and user.is_staff and user_tenant_ids(request))
+
+    def has_module_permission(self, request: HttpRequest) -> bool:
+        return self.is_member(request)
+
+    def has_view_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return self.is_member(request)
+
+    def has_add_permission(self, request: HttpRequest, *args: Any) -> bool:
+        return self.editable and self.is_member(request)
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return self.editable and self.is_member(request)
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        user: Any = request.user
+        return self.editable and user.is_superuser
+
+    def get_object(self, request: HttpRequest, object_id: str, from_field: Any = None) -> Any:
+        """Another tenant's row does not exist for this user: 404, not a redirect."""
+        obj = super().get_object(request, object_id, from_field)
+        if obj is None:
+            raise Http404(f"No {self.opts.verbose_name} with id {object_id!r} is yours to see.")
+        return obj
+
+
+class RecordAdmin(TenantScopedAdmin):
+    """Records (runs, hints, sessions) are written by the system and never edited."""
+
+    actions = None
+    show_full_result_count = False
+    show_facets = admin.ShowFacets.NEVER
