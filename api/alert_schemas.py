@@ -11,6 +11,7 @@ from pydantic import ConfigDict
 
 from api.schemas import CLOCK, ID, NAME, POSITIVE_INT_MAX, ChannelKindName, ClockTime, Input
 from endpoints.secrets import MASK
+from notifications.models import MINUTES_IN_A_YEAR
 
 CHANNEL_TARGET = (
     "Email: comma-separated addresses. Webhook: an http(s) URL (signed like endpoint "
@@ -137,6 +138,23 @@ class AlertRuleIn(Input):
         None, description="Quiet hours start (UTC, HH:MM); give both ends or neither."
     )
     quiet_until: ClockTime | None = Field(None, description="Quiet hours end (UTC, HH:MM).")
+    remind_every_minutes: int = Field(
+        0,
+        description="While failing and not acknowledged, remind every this many minutes "
+        "(0: never; 60 or 1440 for hourly or daily).",
+        json_schema_extra={"minimum": 0, "maximum": MINUTES_IN_A_YEAR},
+    )
+    escalate_after_minutes: int = Field(
+        0,
+        description="Still failing and not acknowledged this long after the failing alert: "
+        "tell escalate_to_channel_id, once (0: never).",
+        json_schema_extra={"minimum": 0, "maximum": MINUTES_IN_A_YEAR},
+    )
+    escalate_to_channel_id: int | None = Field(
+        None,
+        description="The channel escalations go to (one of the rule's tenant).",
+        json_schema_extra=ID,
+    )
 
 
 class AlertRuleOut(Schema):
@@ -154,6 +172,13 @@ class AlertRuleOut(Schema):
     quiet_until: str | None = Field(
         description="Quiet hours end, UTC (HH:MM:SS).", json_schema_extra={"pattern": CLOCK}
     )
+    remind_every_minutes: int
+    escalate_after_minutes: int
+    escalate_to_channel_id: int | None
+
+    @staticmethod
+    def resolve_escalate_to_channel_id(rule: Any) -> int | None:
+        return rule.escalate_to_id  # type: ignore[no-any-return]
 
     @staticmethod
     def resolve_quiet_from(rule: Any) -> str | None:

@@ -76,12 +76,19 @@ def validated_alert_rule(
         "stale_factor": 0,
         "quiet_from": None,
         "quiet_until": None,
+        "remind_every_minutes": 0,
+        "escalate_after_minutes": 0,
+        "escalate_to": None,
     }
     form = AlertRuleForm(data={**defaults, **values}, instance=rule)
+    form.fields["escalate_to"].queryset = principal.scope(  # type: ignore[attr-defined]
+        Channel.objects.all(), "tenant"
+    )
     form.fields["job"].queryset = principal.scope(  # type: ignore[attr-defined]
         Job.objects.all(), "tenant"
     )
     form.fields["endpoint"].queryset = principal.scope(  # type: ignore[attr-defined]
         Endpoint.objects.live(), "job__tenant"
     )
-    return _valid(form, renamed={"job": "job_id", "endpoint": "endpoint_id"})  # type: ignore[no-any-return]
+    renamed = {"job": "job_id", "endpoint": "endpoint_id", "escalate_to": "escalate_to_channel_id"}
+    return _valid(form, renamed=renamed)  # type: ignore[no-any-return]

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from django import forms
 
-from notifications.models import AlertRule, Channel
+from notifications.models import MINUTES_IN_A_YEAR, AlertRule, Channel
 
 
 class ChannelForm(forms.ModelForm):
@@ -34,11 +34,13 @@ class AlertRuleForm(forms.ModelForm):
     # Optional, 0 when left out: a rule written before reminders existed stays valid.
     remind_every_minutes = forms.IntegerField(
         min_value=0,
+        max_value=MINUTES_IN_A_YEAR,
         required=False,
         help_text=AlertRule._meta.get_field("remind_every_minutes").help_text,
     )
     escalate_after_minutes = forms.IntegerField(
         min_value=0,
+        max_value=MINUTES_IN_A_YEAR,
         required=False,
         help_text=AlertRule._meta.get_field("escalate_after_minutes").help_text,
     )

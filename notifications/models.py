@@ -10,7 +10,7 @@ from urllib.parse import parse_qsl, urlsplit
 
 from django.conf import settings
 from django.core.exceptions import ValidationError
-from django.core.validators import validate_email
+from django.core.validators import MaxValueValidator, validate_email
 from django.db import models, transaction
 from django.db.models import Q
 
@@ -21,6 +21,8 @@ DEFAULT_AFTER_FAILURES = 3
 # An endpoint is stale after at most this many times its interval (and its interval is
 # at most a year): past that, "stale" would never be said.
 MAX_STALE_FACTOR = 100
+# The longest reminder period or escalation delay: a year is plenty (as for every duration).
+MINUTES_IN_A_YEAR = 365 * 24 * 60
 # Apprise URL parameters a tenant may not set, whatever the service: each makes the worker
 # read a file on this server (keyfile, subfile, pgp*), fetch keys from a derived host
 # (wkd), write files (store), or stretch a send past the notify deadline and our own
@@ -254,11 +256,13 @@ class AlertRule(models.Model):
     # nobody asked for on a long-known outage trains people to ignore alerts.
     remind_every_minutes = models.PositiveIntegerField(
         default=0,
+        validators=[MaxValueValidator(MINUTES_IN_A_YEAR)],
         help_text="While failing and not acknowledged, remind every this many minutes "
         "(0: never; 60 or 1440 for hourly or daily).",
     )
     escalate_after_minutes = models.PositiveIntegerField(
         default=0,
+        validators=[MaxValueValidator(MINUTES_IN_A_YEAR)],
         help_text="Still failing and not acknowledged this many minutes after the failing "
         "alert: tell the escalation channel, once (0: never).",
     )

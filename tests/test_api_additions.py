@@ -18,7 +18,7 @@ from django.core.management import CommandError, call_command
 from django.utils import timezone
 
 from endpoints.models import Endpoint, Job, JobStatus, Run, Tenant
-from notifications.models import AlertRule
+from notifications.models import AlertRule, Channel, ChannelKind
 from tests.api_world import make_key
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -251,3 +251,53 @@ def test_runs_filters_by_status_shows_bodies_and_names_the_retried_run(
     assert [r["retry_of"] for r in api_runs] == [None, failed.pk, None]
     assert http.get(f"/runs/{retry.pk}").json()["retry_of"] == failed.pk
     assert http.get(f"/endpoints/{endpoint.pk}/runs", params={"until": "0.5"}).status_code == 422
+
+
+def test_an_alert_rule_sets_reminders_and_escalation_to_a_channel_of_its_own_tenant(
+    http: httpx.Client, job: Job
+) -> None:
+    mine = Channel.objects.create(
+        tenant=job.tenant, name="oncall", kind=ChannelKind.WEBHOOK, target="https://e.com/h"
+    )
+    other = Tenant.objects.create(name="Other")
+    theirs = Channel.objects.create(
+        tenant=other, name="theirs", kind=ChannelKind.WEBHOOK, target="https://e.com/t"
+    )
+    rule = http.post(
+        "/alert-rules",
+        json={
+            "job_id": job.pk,
+            "remind_every_minutes": 60,
+            "escalate_after_minutes": 30,
+            "escalate_to_channel_id": mine.pk,
+        },
+    )
+    assert rule.status_code == 200, rule.text
+    body = rule.json()
+    assert (body["remind_every_minutes"], body["escalate_after_minutes"]) == (60, 30)
+    assert body["escalate_to_channel_id"] == mine.pk
+    stored = AlertRule.objects.get(pk=body["id"])
+    assert (stored.remind_every_minutes, stored.escalate_to_id) == (60, mine.pk)
+
+    # Another tenant's channel reads as one that does not exist; a year is the longest.
+    for value, field in (
+        (
+            {"escalate_after_minutes": 30, "escalate_to_channel_id": theirs.pk},
+            "escalate_to_channel_id",
+        ),
+        ({"escalate_after_minutes": 30, "escalate_to_channel_id": 2**40}, "escalate_to_channel_id"),
+        ({"remind_every_minutes": 366 * 24 * 60}, "remind_every_minutes"),
+    ):
+        refused = http.post("/alert-rules", json={"job_id": job.pk, **value})
+        assert refused.status_code == 422, refused.text
+        assert list(refused.json()["errors"]) == [
+            field + ("_channel_id" if field == "escalate_to" else "")
+        ]
+    messages = {
+        http.post(
+            "/alert-rules",
+            json={"job_id": job.pk, "escalate_after_minutes": 30, "escalate_to_channel_id": i},
+        ).json()["errors"]["escalate_to_channel_id"][0]
+        for i in (theirs.pk, 2**40)
+    }
+    assert len(messages) == 1  # the same words: no tenant's channel ids show through

@@ -13,7 +13,7 @@ import pytest
 import yaml
 from django.core.management import CommandError, call_command
 
-from notifications.models import AlertRule
+from notifications.models import AlertRule, Channel, ChannelKind
 
 pytestmark = pytest.mark.django_db
 
@@ -88,6 +88,7 @@ def test_a_changed_rule_is_updated_keys_left_out_take_defaults_and_no_alerts_kee
         ({"quiet_from": "22:00"}, "give both quiet_from and quiet_until"),
         ({"quiet_from": "late", "quiet_until": "07:00"}, "alerts.quiet_from: expected a UTC"),
         ({"colour": "red"}, "alerts.colour: unknown key"),
+        ({"remind_every_minutes": 366 * 24 * 60}, "alerts.remind_every_minutes: "),
         ("often", "alerts: expected a mapping"),
     ],
 )
@@ -98,3 +99,22 @@ def test_a_bad_rule_is_refused_with_its_location_and_nothing_is_written(
         run_import(tmp_path, document(alerts))
     assert problem in str(raised.value)
     assert not AlertRule.objects.exists()
+
+
+def test_reminders_round_trip_and_an_import_keeps_the_escalation_set_elsewhere(
+    tmp_path: Path,
+) -> None:
+    run_import(tmp_path, document({"after_failures": 2, "remind_every_minutes": 60}))
+    rule = AlertRule.objects.get()
+    assert (rule.after_failures, rule.remind_every_minutes) == (2, 60)
+    assert yaml.safe_load(export())["tenants"][0]["jobs"][0]["alerts"] == {
+        "after_failures": 2,
+        "remind_every_minutes": 60,
+    }
+    channel = Channel.objects.create(
+        tenant=rule.job.tenant, name="boss", kind=ChannelKind.WEBHOOK, target="https://e.com/b"
+    )
+    AlertRule.objects.filter(pk=rule.pk).update(escalate_after_minutes=30, escalate_to=channel)
+    run_import(tmp_path, document({"after_failures": 2, "remind_every_minutes": 60}))
+    rule.refresh_from_db()
+    assert (rule.escalate_after_minutes, rule.escalate_to_id) == (30, channel.pk)

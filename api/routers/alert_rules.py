@@ -51,7 +51,8 @@ def set_alert_rule(principal: Principal, payload: AlertRuleIn) -> AlertRule:
     if (payload.job_id is None) == (payload.endpoint_id is None):
         message = "Give exactly one of job_id (the job's rule) or endpoint_id (an override)."
         raise InvalidInput({"job_id": [message]})
-    values = payload.dict(exclude={"job_id", "endpoint_id"})
+    values = payload.dict(exclude={"job_id", "endpoint_id", "escalate_to_channel_id"})
+    values["escalate_to"] = payload.escalate_to_channel_id
     if payload.job_id is not None:
         job = scoped_job(principal, payload.job_id)
         rule = AlertRule.objects.filter(job=job).first() or AlertRule()

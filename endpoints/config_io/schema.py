@@ -179,6 +179,8 @@ ALERT_KEYS = {
     "stale_factor": Key("stale_factor", _whole),
     "quiet_from": Key("quiet_from", _clock, _clock_to_file),
     "quiet_until": Key("quiet_until", _clock, _clock_to_file),
+    # Escalation names a channel: set in the admin or the API, kept by an import.
+    "remind_every_minutes": Key("remind_every_minutes", _whole),
 }
 SCHEDULE_CHOICE = frozenset({"baseline_cron", "baseline_interval_ms"})
 DEFINITION_FIELDS = tuple(key.model_field for key in ENDPOINT_KEYS.values())
