@@ -174,7 +174,7 @@ class AlertRuleOut(Schema):
     )
     remind_every_minutes: int
     escalate_after_minutes: int
-    escalate_to_channel_id: int | None
+    escalate_to_channel_id: int | None = None
 
     @staticmethod
     def resolve_escalate_to_channel_id(rule: Any) -> int | None:

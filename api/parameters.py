@@ -11,7 +11,7 @@ from pydantic import Field
 from pydantic.fields import FieldInfo
 
 from api.pagination import DEFAULT_LIMIT, MAX_LIMIT
-from api.routers.endpoints import MAX_SEARCH_CHARS
+from api.routers.endpoints import MAX_PREVIEW, MAX_SEARCH_CHARS
 
 if TYPE_CHECKING:
     from api.operations import Operation
@@ -30,6 +30,11 @@ PARAMETERS: dict[str, dict[str, Any]] = {
     "rule_id": {"description": "The alert rule's id (see list_alert_rules).", **ID_BOUNDS},
     "cursor": {
         "description": "next_cursor from the previous page, unchanged; omit for the first page."
+    },
+    "count": {
+        "description": f"How many run times to preview, 1..{MAX_PREVIEW} (default 10).",
+        "ge": 1,
+        "le": MAX_PREVIEW,
     },
     "limit": {
         "description": f"Items per page, 1..{MAX_LIMIT} (default {DEFAULT_LIMIT}).",

@@ -166,7 +166,19 @@ def test_a_cron_baseline_without_hints_or_bounds_is_strictly_after_now(
 def test_backoff_multiplies_the_interval_by_at_most_32(
     now: datetime, interval: int, failures: int
 ) -> None:
+    # The original's rule, with the run policy's cap off...
     plan = plan_next_run(
-        now, EndpointSchedule(baseline_interval_ms=interval, failure_count=failures)
+        now,
+        EndpointSchedule(
+            baseline_interval_ms=interval, failure_count=failures, backoff_cap_ms=None
+        ),
     )
     assert plan.next_run_at == now + ms(interval * 2 ** min(failures, 5))
+    # ...and with the default cap: never beyond max(interval, cap).
+    capped = plan_next_run(
+        now, EndpointSchedule(baseline_interval_ms=interval, failure_count=failures)
+    )
+    cap = EndpointSchedule().backoff_cap_ms or 0
+    backed_off = interval * 2 ** min(failures, 5)
+    expected = backed_off if failures == 0 else min(backed_off, max(interval, cap))
+    assert capped.next_run_at == now + ms(expected)

@@ -102,6 +102,8 @@ def valid_steps(world: ApiWorld, target_url: str) -> list[Step]:
         ("run_endpoint_now", endpoint, None),
         ("test_endpoint", endpoint, None),
         ("reset_failures", endpoint, None),
+        ("preview_runs", lambda s: {**endpoint(s), "count": 3}, None),
+        ("run_job_now", job, None),
         ("endpoint_health", endpoint, None),
         ("list_endpoint_runs", lambda s: {**endpoint(s), "status": "success"}, None),
         ("list_job_runs", job, None),
@@ -134,6 +136,8 @@ def valid_steps(world: ApiWorld, target_url: str) -> list[Step]:
         ("archive_job", job, None),
         ("unarchive_job", job, None),
         ("delete_job", job, None),
+        ("pause_tenant", lambda s: {"tenant_id": a.tenant.pk}, None),
+        ("resume_tenant", lambda s: {"tenant_id": a.tenant.pk}, None),
         ("rotate_signing_secret", lambda s: {"tenant_id": a.tenant.pk}, None),
     ]
 
