@@ -124,10 +124,15 @@ def test_three_tick_loops_and_two_workers_run_500_endpoints_exactly_once_per_slo
         assert len(slots) == len(set(slots)), "two runs for one slot"
         in_window = [run for run in mine if run.scheduled_for < end]
         ideal = (end - endpoint.next_run_at) // interval + 1
-        # Each run's lateness delays the cadence (start to start), so on a busy machine
-        # a 1 s endpoint may fit fewer runs than the ideal; allow exactly that much.
-        drift = sum((run.started_at - run.scheduled_for for run in in_window[:-1]), timedelta())
-        assert abs(len(in_window) - ideal) <= 1 + drift // interval, (
+        # Each step was checked above to follow the planning rule; a late start (beyond
+        # the phase rule's bound) or a run slower than its interval moves the cadence by
+        # exactly this much, so on a busy machine a 1 s endpoint may fit fewer runs than
+        # the ideal: allow that much, plus one for the rounding of the drift and one for a
+        # slot due just before the window's end whose late start came after the fleet
+        # stopped.
+        steps = itertools.pairwise(in_window)
+        drift = sum((b.scheduled_for - a.scheduled_for - interval for a, b in steps), timedelta())
+        assert abs(len(in_window) - ideal) <= 2 + drift // interval, (
             endpoint.name,
             len(in_window),
             ideal,
