@@ -43,6 +43,8 @@ def bench_env(database_url: str, **overrides: str) -> dict[str, str]:
         DATABASE_URL=database_url,
         CELERY_BROKER_URL=BROKER_URL,
         CRONICORN_ALLOW_PRIVATE_ADDRESSES="true",
+        # DEBUG is off unless set (issue 20): a local run needs its generated secret key.
+        DEBUG=os.environ.get("DEBUG", "true"),
         CRONICORN_LOG_LEVEL="WARNING",
         PYTHONUNBUFFERED="1",
     )
