@@ -70,6 +70,7 @@ class Params:
     after_failures: int = 1  # the failing endpoints' rule
     live_channel: bool = False  # a webhook channel to a receiver timing each alert
     database_suffix: str = ""
+    profile: bool = False  # py-spy and pg_stat_statements over the window (bench/_profile.py)
 
     def database_url(self) -> str:
         if self.database == "sqlite":
@@ -549,8 +550,17 @@ def run(params: Params) -> dict[str, Any]:
         _sleep_until(window_start)
         meter = CpuMeter(pids)
         meter.start()
+        profiler = None
+        if params.profile:
+            from _profile import Profiler
+
+            out = LOGS / f"profile-{params.label or params.mode}"
+            profiler = Profiler(pids, params.window, url, out)
+            profiler.start()
         _sleep_until(window_end)
         cpu = meter.stop()
+        if profiler:
+            result["profile"] = profiler.stop()
         result["fleet"] = fleet_state(window_end)
         result["load_during"] = load()
         _sleep_until(window_end + timedelta(seconds=2))  # let runs of the window finish

@@ -24,6 +24,7 @@ import argparse
 from typing import Any
 
 from _common import load, print_table, write_results
+from _profile import print_profile
 from _scenario import Params, run_in_subprocess
 
 TARGET_P99_MS = 100.0
@@ -45,6 +46,7 @@ def params_for(name: str, args: argparse.Namespace, *, lead: bool) -> Params:
         batch=args.batch,
         label=f"{name} lead 0.5s" if lead else name,
         extra_env=WHAT_IF_LEAD if lead else {},
+        profile=args.profile,
     )
 
 
@@ -85,6 +87,9 @@ def main() -> None:
     parser.add_argument("--only", default=",".join(SCENARIOS))
     parser.add_argument("--lead", action="store_true", help="also claim 0.5 s ahead")
     parser.add_argument("--per-second", action="store_true", help="print lateness per second")
+    parser.add_argument(
+        "--profile", action="store_true", help="py-spy and pg_stat_statements over the window"
+    )
     args = parser.parse_args()
     if not (1 <= args.n <= 20_000 and args.interval_ms >= 1000 and 1 <= args.window <= 300):
         raise SystemExit("Keep --n within 1..20000, --interval-ms >= 1000, --window 1..300 s.")
@@ -128,6 +133,8 @@ def main() -> None:
                     for s in figures.get("seconds", [])
                 ],
             )
+        if "profile" in result:
+            print_profile(result["params"]["label"], result["profile"], print_table)
     print(f"\ntarget: p99 under {TARGET_P99_MS:.0f} ms at a steady 200 runs/s")
     write_results("lateness", {"args": vars(args), "results": results})
 

@@ -15,7 +15,7 @@ Baseline in the same run: the raw request rate of ``endpoints.engine.executor.pe
 against the same server on the same number of threads; each result is also given as a
 ratio of that ceiling. CPU per run is read from /proc for every process involved.
 
-    .venv/bin/python bench/throughput.py [--n 2000] [--window 20] [--only celery-pg]
+    .venv/bin/python bench/throughput.py [--n 2000] [--window 20] [--only celery-pg] [--profile]
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ import argparse
 from typing import Any
 
 from _common import load, print_table, write_results
+from _profile import print_profile
 from _scenario import Params, run_in_subprocess
 
 TARGET = 1000
@@ -48,6 +49,7 @@ def params_for(name: str, args: argparse.Namespace, chunk: int | None = None) ->
         chunk_size=chunk,
         label=label,
         extra_env={},
+        profile=args.profile,
     )
 
 
@@ -81,6 +83,9 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=5000, help="CRONICORN_BATCH_SIZE")
     parser.add_argument("--only", default=",".join(SCENARIOS))
     parser.add_argument("--chunks", default="", help="e.g. 1,10,50: Celery chunk sizes")
+    parser.add_argument(
+        "--profile", action="store_true", help="py-spy and pg_stat_statements over the window"
+    )
     args = parser.parse_args()
     if not (1 <= args.n <= 20_000 and 1 <= args.window <= 300 and 0 <= args.warmup <= 60):
         raise SystemExit("Keep --n within 1..20000, --window 1..300 s, --warmup 0..60 s.")
@@ -109,6 +114,9 @@ def main() -> None:
         ],
         [row(result) for result in results],
     )
+    for result in results:
+        if "profile" in result:
+            print_profile(result["params"]["label"], result["profile"], print_table)
     print(f"\ntarget: at least {TARGET} executions/s through Celery on this machine")
     write_results("throughput", {"args": vars(args), "results": results})
 
