@@ -2,7 +2,8 @@
 ``pg_stat_statements`` and lock waits (``pg_locks``, ``pg_stat_activity``) on its database.
 
 Used by ``bench/lateness.py --profile`` and ``bench/throughput.py --profile``. py-spy samples
-each process from outside (``--nonblocking``: the process is never paused) and writes
+each process from outside (``--nonblocking``: the process is never paused; ``--gil``: only
+the thread running Python) and writes
 collapsed stacks, summarised here as the functions with the most samples, on their own
 ("self") and with what they call ("total"). ``pg_stat_statements`` needs
 ``shared_preload_libraries = 'pg_stat_statements'`` in postgresql.conf (a restart); without
@@ -44,7 +45,9 @@ class Profiler:
         for name, pid in self.pids.items():
             path = self.out / f"{re.sub(r'[^a-z0-9]+', '-', name)}.collapsed"
             args = [spy, "record", "--pid", str(pid), "--duration", str(int(self.seconds))]
-            args += ["--rate", "100", "--nonblocking", "--format", "raw", "-o", str(path)]
+            # --gil: only threads holding the GIL, i.e. running Python, not waiting for it
+            # (without it a thread queued for the GIL is counted where it waits).
+            args += ["--rate", "100", "--nonblocking", "--gil", "--format", "raw", "-o", str(path)]
             child = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
             self.spies[name] = (child, path)
         self.statements = _reset_statements(self.database_url)
@@ -180,7 +183,7 @@ def print_profile(label: str, report: dict[str, Any], print_table: Any) -> None:
         if "error" in figures:
             print(f"  {name}: py-spy failed: {figures['error']}")
             continue
-        print(f"  {name}: {figures['samples']} samples (100/s, busy threads only)")
+        print(f"  {name}: {figures['samples']} samples (100/s, the thread holding the GIL)")
         print_table(["self: function", "share"], figures["self"][:8])
         print_table(["total: function", "share"], figures["total"][:12])
     statements = report.get("statements")
