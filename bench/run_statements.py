@@ -6,9 +6,9 @@ counts, per run:
 
 - statements sent, by stage (claim, start, finish + reschedule, renew), counted in this
   process at the driver (every ``execute`` of a psycopg cursor, every parameter row of an
-  ``executemany``: the ORM's and the engine's plain SQL alike). ``pg_stat_statements``
-  needs ``shared_preload_libraries`` and a server restart, which this shared machine's
-  PostgreSQL cannot take, hence counting at the driver;
+  ``executemany``: the ORM's and the engine's plain SQL alike);
+- with ``pg_stat_statements`` loaded (``shared_preload_libraries``), the server's time,
+  blocks and WAL of each statement, per run;
 - rows inserted and updated per table, and how many updates were HOT (no new index
   entries), from ``pg_stat_user_tables``;
 - index entries written, from those and each index's predicate (an insert or a non-HOT
@@ -18,7 +18,7 @@ counts, per run:
 To measure the code before a change, copy this file into that checkout's ``bench/`` and
 run it there, alternating with this one, on the same machine, in one session:
 
-    .venv/bin/python bench/run_statements.py [--n 2000]
+    .venv/bin/python bench/run_statements.py [--n 2000] [--what-if "ALTER TABLE …"]
 """
 
 from __future__ import annotations
@@ -43,6 +43,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--n", type=int, default=2000)
     parser.add_argument("--database", default="cc_bench_statements")
+    parser.add_argument(
+        "--what-if", default="", help="SQL run after the migrations (e.g. drop a constraint)"
+    )
     args = parser.parse_args()
     if not 100 <= args.n <= 20_000:
         raise SystemExit("Keep --n within 100..20000.")
@@ -53,6 +56,11 @@ def main() -> None:
 
     url = pg_url(args.database)
     _fresh(url, code, bench_env)
+    if args.what_if:
+        import psycopg
+
+        with psycopg.connect(url, autocommit=True) as conn:
+            conn.execute(args.what_if)
     os.environ.update(bench_env(url, CRONICORN_LEASE_SECONDS="600"))
     sys.path.insert(0, str(code))
     import django
@@ -96,6 +104,7 @@ def main() -> None:
                 stage["now"] = "setup"
                 Slot.objects.update(next_run_at=timezone.now() - timedelta(seconds=1))
                 counts.clear()
+                statements_kept = _reset_statements(url)
                 before_tables = _table_stats()
                 backends_before = _backend_cpu(cpu_seconds)
                 stage["now"] = "claim"
@@ -157,6 +166,52 @@ def main() -> None:
     print(
         f"PostgreSQL CPU per run (claim, start, finish, reschedule): {1000 * backend_cpu / n:.3f}"
         " ms"
+    )
+    if statements_kept:
+        _print_statements(url, n)
+    else:
+        print("(pg_stat_statements is not loaded: shared_preload_libraries, then a restart)")
+
+
+def _reset_statements(url: str) -> bool:
+    import psycopg
+
+    try:
+        with psycopg.connect(url, autocommit=True) as conn:
+            conn.execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
+            conn.execute("SELECT pg_stat_statements_reset()")
+    except psycopg.Error:
+        return False
+    return True
+
+
+def _print_statements(url: str, n: int) -> None:
+    """The reported pass's statements by server time, per run (pg_stat_statements)."""
+    import psycopg
+    from _common import print_table
+
+    with psycopg.connect(url, autocommit=True) as conn:
+        rows = conn.execute(
+            "SELECT query, calls, total_exec_time, shared_blks_hit + shared_blks_read, "
+            "wal_records, wal_bytes FROM pg_stat_statements s "
+            "JOIN pg_database d ON d.oid = s.dbid WHERE d.datname = current_database() "
+            "AND query NOT LIKE '%pg_stat%' ORDER BY total_exec_time DESC LIMIT 10"
+        ).fetchall()
+    total = sum(row[2] for row in rows)
+    print(f"server time per run, top statements: {1000 * total / n:.1f} µs")
+    print_table(
+        ["statement", "calls/run", "µs/run", "blocks/run", "WAL records/run", "WAL bytes/run"],
+        [
+            [
+                " ".join(query.split())[:90],
+                round(calls / n, 3),
+                round(1000 * ms / n, 1),
+                round(blocks / n, 1),
+                round(wal / n, 2),
+                round(int(wal_bytes) / n),
+            ]
+            for query, calls, ms, blocks, wal, wal_bytes in rows
+        ],
     )
 
 
