@@ -31,12 +31,12 @@ from functools import partial
 from typing import Any
 
 from celery import shared_task
-from celery.signals import worker_process_shutdown, worker_shutdown
+from celery.signals import worker_init, worker_process_shutdown, worker_shutdown
 from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from endpoints.engine import claiming, maintenance
+from endpoints.engine import claiming, executor, maintenance
 from endpoints.engine.claiming import Claim
 from endpoints.engine.dispatch import ClaimDispatcher
 
@@ -125,6 +125,13 @@ def execute(payloads: list[dict[str, Any]]) -> int:
     for claim in claims:
         dispatcher().submit(claim)
     return len(claims)
+
+
+@worker_init.connect
+def prepare_worker(**_: Any) -> None:
+    """Before the first task (and before a prefork pool forks): the HTTP client's TLS
+    trust store, so the first runs of a starting fleet do not wait for it."""
+    executor.prepare()
 
 
 @worker_shutdown.connect

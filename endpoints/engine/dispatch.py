@@ -52,6 +52,7 @@ from django.conf import settings
 from django.db import close_old_connections, connections
 from django.utils import timezone
 
+from endpoints.engine import executor
 from endpoints.engine.claiming import Claim, spread_offset
 from endpoints.engine.outcomes import Outcome
 from endpoints.engine.running import (
@@ -113,6 +114,7 @@ class ClaimDispatcher:
         record: Callable[[list[Outcome]], Any] = record,
         renew: Renew = renew,
     ) -> None:
+        executor.prepare()
         self._max_in_flight = max_in_flight
         self._start_claims = start
         self._record = record

@@ -272,6 +272,13 @@ def _ssl_context() -> ssl.SSLContext:
     return httpx.create_ssl_context()
 
 
+def prepare() -> None:
+    """Load the TLS trust store now rather than in the process's first request, where
+    it held up the event loop, and so the fleet's first slots (py-spy: 0.4 to 0.6 s of a
+    starting worker under load, in ``ssl.create_default_context``)."""
+    _ssl_context()
+
+
 def _forget_client_after_fork() -> None:
     # A forked child has no loop thread and must not share its parent's sockets or locks.
     global _client, _client_lock, _dns_lock, _dns_executor
