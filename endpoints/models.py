@@ -308,7 +308,6 @@ class Endpoint(models.Model):
     # State.
     paused_until = models.DateTimeField(null=True, blank=True)
     pause_reason = models.TextField(blank=True)
-    last_run_at = models.DateTimeField(null=True, blank=True)
     failure_count = models.PositiveIntegerField(default=0)
     # Overrides of the job's run policy, key by key (endpoints.policies).
     run_policy = models.JSONField(
@@ -321,6 +320,7 @@ class Endpoint(models.Model):
     archived_at = models.DateTimeField(null=True, blank=True)
     # When it runs next, why, and the claim lease live in its Slot (below), read and
     # written here through these properties.
+    last_run_at = _slot_property("last_run_at")
     next_run_at = _slot_property("next_run_at")
     next_run_source = _slot_property("next_run_source")
     locked_until = _slot_property("locked_until")
@@ -519,7 +519,7 @@ class Endpoint(models.Model):
 
 # The Slot's own fields (read and written through Endpoint properties), and the endpoint
 # fields it copies by the names a save may give them.
-SLOT_FIELDS = ("next_run_at", "next_run_source", "locked_until", "claim_token")
+SLOT_FIELDS = ("last_run_at", "next_run_at", "next_run_source", "locked_until", "claim_token")
 SLOT_COPIES = {"job": "job", "job_id": "job"}
 
 
@@ -533,7 +533,8 @@ class SlotQuerySet(models.QuerySet["Slot"]):
 
 
 class Slot(models.Model):
-    """An endpoint's place in the scheduler: when it runs next, why, and the claim lease.
+    """An endpoint's place in the scheduler: when it last ran and runs next, why, and the
+    claim lease.
 
     Kept apart from the wide Endpoint row because the tick claims up to a thousand slots
     in one statement, and a claim writes a new version of every row it takes with an
@@ -548,6 +549,9 @@ class Slot(models.Model):
         Endpoint, on_delete=models.CASCADE, primary_key=True, related_name="slot"
     )
     job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="+", db_index=False)
+    # When its last run started. Here rather than on the wide endpoint row, which a run
+    # then writes only when its failure count, hints or retry change (bench/README.md).
+    last_run_at = models.DateTimeField(null=True, blank=True)
     next_run_at = models.DateTimeField(null=True, blank=True)
     next_run_source = models.CharField(max_length=32, choices=Source.choices, blank=True)
     locked_until = models.DateTimeField(null=True, blank=True)

@@ -171,7 +171,7 @@ def _stale_candidates(now: datetime) -> list[int]:
         else:
             scope = scope.filter(job_id=rule.job_id or 0)
         for pk, interval_ms, last_run_at, created_at in scope.values_list(
-            "pk", "baseline_interval_ms", "last_run_at", "created_at"
+            "pk", "baseline_interval_ms", "slot__last_run_at", "created_at"
         ):
             late = now - (last_run_at or created_at)
             if late > _stale_after(interval_ms or 0, rule.stale_factor):

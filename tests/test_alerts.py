@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from endpoints.models import Endpoint
+from endpoints.models import Endpoint, Slot
 from notifications.alerts import detect_changes, notify_cycle
 from notifications.delivery import backoff, send_test_message
 from notifications.models import (
@@ -163,10 +163,10 @@ def test_an_endpoint_that_stops_running_alerts_after_its_stale_factor(
 ):
     endpoint = make_endpoint(name="nightly", baseline_interval_ms=60_000)
     AlertRule.objects.create(job=endpoint.job, stale_factor=3)
-    Endpoint.objects.filter(pk=endpoint.pk).update(last_run_at=now - 2 * timedelta(minutes=1))
+    Slot.objects.filter(pk=endpoint.pk).update(last_run_at=now - 2 * timedelta(minutes=1))
     notify_cycle(now=now)
     assert smtp.subjects() == []
-    Endpoint.objects.filter(pk=endpoint.pk).update(last_run_at=now - 4 * timedelta(minutes=1))
+    Slot.objects.filter(pk=endpoint.pk).update(last_run_at=now - 4 * timedelta(minutes=1))
     notify_cycle(now=now + 1 * S)
     notify_cycle(now=now + 10 * S)
     assert smtp.subjects() == ["[Cronicorn] ops/nightly has stopped running"]

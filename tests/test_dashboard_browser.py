@@ -86,7 +86,8 @@ def adapt(endpoint: Endpoint) -> None:
     late = runs[-8]
     late.started_at = late.scheduled_for + timedelta(minutes=5.6)
     Run.objects.bulk_create(runs)
-    Endpoint.objects.filter(pk=endpoint.pk).update(failure_count=3, last_run_at=runs[-1].started_at)
+    Endpoint.objects.filter(pk=endpoint.pk).update(failure_count=3)
+    Slot.objects.filter(pk=endpoint.pk).update(last_run_at=runs[-1].started_at)
     Slot.objects.filter(pk=endpoint.pk).update(
         next_run_at=runs[-1].started_at + timedelta(minutes=8),
         next_run_source=Source.BASELINE_INTERVAL,

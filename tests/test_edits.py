@@ -95,7 +95,7 @@ EDITS = {
 def edited(make_endpoint: Callable[..., Endpoint]) -> Callable[[Edit], Endpoint]:
     def make(edit: Edit) -> Endpoint:
         endpoint = make_endpoint(**edit.before)
-        Endpoint.objects.filter(pk=endpoint.pk).update(last_run_at=edit.last_run_at)
+        Slot.objects.filter(pk=endpoint.pk).update(last_run_at=edit.last_run_at)
         Slot.objects.filter(pk=endpoint.pk).update(
             next_run_at=NOW + timedelta(days=30), next_run_source="baseline-interval"
         )

@@ -652,10 +652,11 @@ def _recover(
             # The endpoint's row first, as every writer of both rows locks them.
             Endpoint.objects.select_for_update(no_key=True).filter(pk=endpoint.pk).exists()
             if Slot.objects.filter(pk=endpoint.pk, claim_token=claim.claim_token).update(
-                next_run_at=now + ERROR_RETRY, locked_until=None, claim_token=None
+                last_run_at=started,
+                next_run_at=now + ERROR_RETRY,
+                locked_until=None,
+                claim_token=None,
             ):
-                Endpoint.objects.filter(pk=endpoint.pk).update(
-                    last_run_at=started, failure_count=F("failure_count") + 1
-                )
+                Endpoint.objects.filter(pk=endpoint.pk).update(failure_count=F("failure_count") + 1)
     except Exception:
         log_event(logging.ERROR, "could not record the error", claim=claim, run_id=run.pk, exc=True)
