@@ -93,7 +93,7 @@ def _preview(endpoint: Endpoint) -> dict[str, Any]:
     return {
         "schedule": schedule,
         "timezone": endpoint.timezone,
-        "computed_at": utc_stamp(now),
+        "computed_at": utc_stamp(now.replace(microsecond=0)),
         "runs": runs,
         "notes": _notes(endpoint, shown=len(runs)),
     }

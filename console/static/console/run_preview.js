@@ -68,10 +68,10 @@
     var current = null;
 
     function ask() {
+      timer = null;
       if (current) current.abort();
       var request = new AbortController();
       current = request;
-      panel.classList.add("cc-preview-busy");
       fetch(panel.dataset.url, {
         method: "POST",
         body: new FormData(form),
@@ -96,12 +96,14 @@
         .finally(function () {
           if (current === request) {
             current = null;
-            panel.classList.remove("cc-preview-busy");
+            if (timer === null) panel.setAttribute("aria-busy", "false");
           }
         });
     }
 
+    // Busy (the list shown is out of date) from a change until the answer to the last one.
     function later() {
+      panel.setAttribute("aria-busy", "true");
       clearTimeout(timer);
       timer = setTimeout(ask, DEBOUNCE_MS);
     }
@@ -113,7 +115,7 @@
 
     var cron = form.querySelector("[name=baseline_cron]");
     var interval = form.querySelector("[name=baseline_interval_ms]");
-    if ((cron && cron.value.trim()) || (interval && interval.value.trim())) ask();
+    if ((cron && cron.value.trim()) || (interval && interval.value.trim())) later();
   }
 
   document.addEventListener("DOMContentLoaded", function () {
