@@ -296,3 +296,19 @@ def test_the_add_and_change_forms_carry_the_preview_panel(world: World) -> None:
     assert f'data-url="{ADD_PREVIEW}"' in add_page
     assert f'data-url="{change_preview(endpoint)}"' in change_page
     assert "console/run_preview.js" in add_page and "console/run_preview.js" in change_page
+
+
+def test_the_preview_says_when_nothing_will_run(world: World, frozen: None) -> None:
+    endpoint = world.a.endpoint
+    Endpoint.objects.filter(pk=endpoint.pk).update(archived_at=BEFORE_FALL_BACK)
+    Job.objects.filter(pk=world.a.job.pk).update(status="paused")
+    client = world.client_for(world.alice)
+    values = form_values(world.a.job, name=endpoint.name, url=endpoint.url, baseline_cron="@daily")
+
+    archived = preview(client, values, change_preview(endpoint))
+    new = preview(client, values)
+
+    assert archived["runs"] == []
+    assert "This endpoint is archived: it never runs." in archived["notes"]
+    assert len(new["runs"]) == 10
+    assert "The job 'ops-alpha' is paused: nothing runs now." in new["notes"]

@@ -11,7 +11,7 @@ instance in memory only.
 
 from __future__ import annotations
 
-from typing import Any, TypedDict, cast
+from typing import TypedDict, cast
 from zoneinfo import ZoneInfo
 
 from django.contrib import admin
@@ -35,6 +35,14 @@ class PreviewRun(TypedDict):
     utc: str
     source: str
     why: str
+
+
+class RunsPreview(TypedDict):
+    schedule: str
+    timezone: str
+    computed_at: str
+    runs: list[PreviewRun]
+    notes: list[str]
 
 
 class FieldProblems(TypedDict):
@@ -70,7 +78,7 @@ def _problems(form: EndpointForm, problems: dict[str, list[str]]) -> list[FieldP
     ]
 
 
-def _preview(endpoint: Endpoint) -> dict[str, Any]:
+def _preview(endpoint: Endpoint) -> RunsPreview:
     now = timezone.now()
     zone = ZoneInfo(endpoint.timezone)
     plans = [] if endpoint.archived_at else preview_runs(
