@@ -99,6 +99,8 @@ def create_endpoint(page: Page, base: str, job: Job, target: str) -> None:
     page.click("input[name=_continue]")
     expect(page.locator(".messagelist")).to_contain_text("was added successfully")
     expect(page.locator(".field-next_run_explained")).to_contain_text("in 5 minutes")
+    # The change form previews the stored values at once, before anything is typed.
+    expect(page.locator("#cc-run-preview tbody tr")).to_have_count(10)
     shot(page, "02-created")
 
 
