@@ -39,6 +39,10 @@ ENDPOINT_FIELDS = [
     "run_policy",
 ]
 
+# What a run preview depends on: the schedule, the run policy (jitter, windows) and the
+# job (its policy defaults, its tenant's minimum interval).
+PREVIEW_FIELDS = ("job", *SCHEDULE_FIELDS, "run_policy")
+
 
 class IntervalField(forms.CharField):
     """A duration typed as ``90s``, ``5m``, ``1h30m``, ``1d`` or plain ms; cleans to ms."""
@@ -186,6 +190,22 @@ class EndpointForm(forms.ModelForm):
 
     def schedule_changed(self) -> bool:
         return bool(set(SCHEDULE_FIELDS).intersection(self.changed_data))
+
+    def preview_problems(self) -> dict[str, list[str]]:
+        """Validate (nothing is saved) and return the messages a save would show on the
+        values a run preview depends on, by field; {} when ``self.instance`` now holds
+        values the governor can plan (other fields, a name not typed yet, do not stop a
+        preview). A job not chosen yet is no problem either: the preview is then planned
+        without its policy defaults and its tenant's minimum interval."""
+        self.is_valid()
+        problems = {
+            name: [str(message) for message in self.errors[name]]
+            for name in PREVIEW_FIELDS
+            if name in self.errors
+        }
+        if "job" in problems and "job" in self.fields and self["job"].data in (None, ""):
+            del problems["job"]
+        return problems
 
 
 class JobForm(forms.ModelForm):

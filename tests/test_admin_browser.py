@@ -1,7 +1,8 @@
 """A person's first session in the admin, in Debian's Chromium driven by Playwright.
 
 Signs in, creates an endpoint (a bad cron first, then a 5m interval), pauses and
-resumes it, sends a test request, opens the run and the dashboard. Screenshots go to
+resumes it, sends a test request, opens the run and the dashboard; and watches the add
+form preview the next runs as a cron is typed. Screenshots go to
 tests/screenshots/ (git-ignored) to be looked at. Chromium comes from
 scripts/install-browser; Playwright never downloads a browser here.
 
@@ -98,6 +99,8 @@ def create_endpoint(page: Page, base: str, job: Job, target: str) -> None:
     page.click("input[name=_continue]")
     expect(page.locator(".messagelist")).to_contain_text("was added successfully")
     expect(page.locator(".field-next_run_explained")).to_contain_text("in 5 minutes")
+    # The change form previews the stored values at once, before anything is typed.
+    expect(page.locator("#cc-run-preview tbody tr")).to_have_count(10)
     shot(page, "02-created")
 
 
@@ -146,3 +149,44 @@ def test_a_person_sets_up_and_steers_an_endpoint_in_the_browser(
     kinds = list(HintHistory.objects.filter(endpoint=endpoint).values_list("kind", flat=True))
     assert sorted(kinds) == ["pause", "resume"]
     assert Run.objects.filter(endpoint=endpoint, trigger=RunTrigger.TEST).count() == 1
+
+
+def test_the_add_form_previews_the_next_runs_as_a_cron_is_typed(live_server: Any, job: Job) -> None:
+    base = live_server.url
+    blackout = {"start": "08:30", "end": "09:30"}
+    Job.objects.create(tenant=job.tenant, name="nightly", run_policy={"blackout": [blackout]})
+
+    with chromium_page() as page:
+        sign_in(page, base)
+        page.goto(f"{base}/admin/endpoints/endpoint/add/?job={job.pk}")
+        preview = page.locator("#cc-run-preview")
+        expect(preview).to_contain_text("Type a cron expression or an interval")
+        page.fill("#id_timezone", "Asia/Tokyo")  # no DST: the same words all year
+        page.locator("#id_baseline_cron").press_sequentially("0 9 * * *")
+        runs = preview.locator("tbody tr")
+        expect(runs).to_have_count(10)
+        expect(runs.first).to_contain_text("09:00:00 JST (UTC+09:00)")
+        expect(runs.first).to_contain_text("00:00:00 UTC")
+        expect(runs.first).to_contain_text("the cron schedule")
+        shot(page, "08-preview")
+
+        page.fill("#id_baseline_cron", "61 * * * *")
+        expect(preview.locator(".cc-preview-errors")).to_contain_text(
+            "Cron: '61 * * * *' is not a valid cron expression"
+        )
+        expect(preview.locator("table")).to_have_count(0)
+        shot(page, "09-preview-error")
+
+        page.fill("#id_baseline_cron", "0 9 * * *")
+        page.press("#id_baseline_cron", "Tab")  # its change event now, not on a later click
+        expect(preview).to_have_attribute("aria-busy", "false")
+        expect(runs.first).to_contain_text("the cron schedule")
+        # Choosing another job (the autocomplete) brings its run policy's blackout in.
+        page.click(".field-job .select2-selection")
+        page.fill(".select2-search__field", "nightly")
+        page.click(".select2-results__option:has-text('nightly')")
+        expect(runs.first).to_contain_text("09:30:00 JST (UTC+09:00)")
+        expect(runs.first).to_contain_text("a blackout window's end")
+        shot(page, "10-preview-job-policy")
+
+    assert not Endpoint.objects.exists()

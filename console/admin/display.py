@@ -7,7 +7,7 @@ are untrusted) are escaped.
 from __future__ import annotations
 
 import json
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 from zoneinfo import ZoneInfo
 
@@ -146,12 +146,24 @@ def next_runs(model_admin: Any, obj: Endpoint) -> SafeString | str:
     return format_html_join(
         "",
         "<div class='cc-code'>{} &nbsp;|&nbsp; {} UTC &nbsp;({})</div>",
-        (
-            (
-                plan.next_run_at.astimezone(zone).strftime("%a %Y-%m-%d %H:%M:%S %Z"),
-                plan.next_run_at.astimezone(ZoneInfo("UTC")).strftime("%Y-%m-%d %H:%M:%S"),
-                plan.source,
-            )
-            for plan in plans
-        ),
-    )
+        ((local_stamp(plan.next_run_at, zone), utc_stamp(plan.next_run_at), plan.source)
+         for plan in plans),
+    )  # fmt: skip
+
+
+def local_stamp(at: datetime, zone: ZoneInfo) -> str:
+    """'Sun 2026-11-01 01:30:00 EST (UTC-05:00)': the offset beside the zone's
+    abbreviation, so a DST change shows even where the abbreviation does not change."""
+    local = at.astimezone(zone)
+    offset = local.strftime("%z")
+    return f"{local:%a %Y-%m-%d %H:%M:%S}{_millis(local)} {local:%Z} (UTC{offset[:3]}:{offset[3:]})"
+
+
+def utc_stamp(at: datetime) -> str:
+    utc = at.astimezone(UTC)
+    return f"{utc:%Y-%m-%d %H:%M:%S}{_millis(utc)}"
+
+
+def _millis(at: datetime) -> str:
+    # Only when there are any: a jittered run lands between seconds.
+    return f".{at.microsecond // 1000:03d}" if at.microsecond else ""

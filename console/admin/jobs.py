@@ -46,6 +46,7 @@ from console.admin.filters import (
     scope,
 )
 from console.admin.forms import EndpointAdminForm, PauseUntilForm, TenantAdminForm
+from console.admin.preview import preview_view
 from console.charts import (
     Bar,
     Period,
@@ -271,6 +272,10 @@ class EndpointAdmin(TenantScopedAdmin):
     editable = True
     form = EndpointAdminForm
     change_form_template = "admin/endpoints/endpoint/change_form.html"
+
+    class Media:
+        js = ("console/run_preview.js",)  # the form's run preview, as the person types
+
     list_display = (
         "name",
         "job",
@@ -497,7 +502,17 @@ class EndpointAdmin(TenantScopedAdmin):
             self.admin_site.admin_view(self.operation_view),
             name="endpoints_endpoint_operation",
         )
-        return [operation, *super().get_urls()]
+        preview = self.admin_site.admin_view(self.preview_view)
+        return [
+            path("preview/", preview, name="endpoints_endpoint_preview"),
+            path("<path:object_id>/preview/", preview, name="endpoints_endpoint_preview"),
+            operation,
+            *super().get_urls(),
+        ]
+
+    def preview_view(self, request: HttpRequest, object_id: str | None = None) -> HttpResponse:
+        """The form's run preview before saving (``console.admin.preview``)."""
+        return preview_view(self, request, object_id)
 
     def operation_view(self, request: HttpRequest, object_id: str, name: str) -> HttpResponse:
         """A change page button: POST only (with CSRF, via admin_view), then back."""
