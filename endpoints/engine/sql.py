@@ -281,7 +281,9 @@ def _reschedule_pg(rows: list[_Reschedule], own: list[str], slot: list[str]) -> 
             won[k] = result
     if locks:
         sql = _PG_RESCHEDULE_SLOT.format(unchanged=unchanged, slot=_assign(slot))
-        params = [[row.pk, row.token, *row.same, *row.slot] for row in (rows[k] for k in locks)]
+        params = [
+            [row.pk, row.token, *row.same, *row.slot, row.token] for row in (rows[k] for k in locks)
+        ]
         for k, result in zip(locks, _each(sql, params), strict=True):
             won[k] = result
     return won
@@ -318,17 +320,19 @@ WITH mine AS (
 UPDATE endpoints_slot SET {slot}, locked_until = NULL, claim_token = NULL
 WHERE endpoint_id IN (SELECT id FROM won) RETURNING endpoint_id
 """
-# The same when none of the endpoint's own values changes: its row is locked and its
-# planning fields checked, not written.
+# The same when none of the endpoint's own values changes: its row is locked (so an edit
+# waits, and plans after this) and its planning fields checked, not written; the slot is
+# written only if the claim is still ours, checked again by the UPDATE itself, so it
+# needs no lock of its own (nothing else is written that the two would keep together).
 _PG_RESCHEDULE_SLOT = """
 WITH mine AS (
-    SELECT s.endpoint_id FROM endpoints_endpoint AS e
+    SELECT e.id FROM endpoints_endpoint AS e
     JOIN endpoints_slot AS s ON s.endpoint_id = e.id
     WHERE e.id = %s AND s.claim_token = %s AND {unchanged}
-    FOR NO KEY UPDATE
+    FOR NO KEY UPDATE OF e
 )
 UPDATE endpoints_slot SET {slot}, locked_until = NULL, claim_token = NULL
-WHERE endpoint_id IN (SELECT endpoint_id FROM mine) RETURNING endpoint_id
+WHERE endpoint_id IN (SELECT id FROM mine) AND claim_token = %s RETURNING endpoint_id
 """
 # SQLite has one writer at a time: the two statements run in one transaction.
 _SQLITE_RESCHEDULE_ENDPOINT = """
