@@ -410,6 +410,12 @@ def start_celery(params: Params, procs: Processes) -> dict[str, int]:
     schedule.unlink(missing_ok=True)
     beat = [sys.executable, "bench/_celery_main.py", "beat", "-s", str(schedule), "-l", "warning"]
     pids["beat"] = procs.start("beat", beat).pid
+    # The clock starts once the fleet ticks: a beat still importing (10-20 s on a busy
+    # machine) would otherwise eat the warm-up and the window.
+    from endpoints.models import Heartbeat
+
+    if not wait_until(lambda: Heartbeat.objects.filter(name="tick").exists(), timeout=60):
+        raise RuntimeError(f"the Celery fleet did not tick; see {LOGS}")
     return pids
 
 
