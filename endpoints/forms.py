@@ -14,7 +14,7 @@ from typing import Any
 from django import forms
 from django.core.exceptions import ValidationError
 
-from endpoints.governor import SCHEDULE_FIELDS
+from endpoints.governor import REPLAN_FIELDS
 from endpoints.models import Endpoint, HttpMethod, Job
 from endpoints.schedules import ScheduleError, format_interval, parse_interval
 from endpoints.secrets import MASK, mask_headers, redact_url, replace_url_password, url_password
@@ -185,7 +185,7 @@ class EndpointForm(forms.ModelForm):
             self.add_error("job", problem)
 
     def schedule_changed(self) -> bool:
-        return bool(set(SCHEDULE_FIELDS).intersection(self.changed_data))
+        return bool(set(REPLAN_FIELDS).intersection(self.changed_data))
 
 
 class JobForm(forms.ModelForm):

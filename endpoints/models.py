@@ -14,9 +14,9 @@ from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.db import models
 from django.db.models import F, Q, Value
+from django.utils.timezone import now as current_time
 
 from endpoints import governor, validation
-from endpoints.policies import policy_problems
 from endpoints.validation import (
     MAX_INTERVAL_MS,
     MAX_RESPONSE_KB,
@@ -47,6 +47,14 @@ class HttpMethod(models.TextChoices):
     DELETE = "DELETE"
 
 
+def stored_policy(model: type[models.Model], obj: models.Model) -> Any:
+    """The saved run policy if ``obj``'s sets a one-off time (a past one must be new)."""
+    policy = getattr(obj, "run_policy", None)
+    if obj.pk is None or not isinstance(policy, dict) or not policy.get("run_once_at"):
+        return None
+    return model._default_manager.filter(pk=obj.pk).values_list("run_policy", flat=True).first()
+
+
 class Source(models.TextChoices):
     """The governor's sources (``endpoints.governor``), plus a manual run request."""
 
@@ -59,6 +67,8 @@ class Source(models.TextChoices):
     PAUSED = governor.PAUSED
     RETRY = governor.RETRY
     WINDOW = governor.WINDOW
+    ONCE = governor.ONCE
+    ENDED = governor.ENDED
     MANUAL = governor.MANUAL
 
 
@@ -201,8 +211,9 @@ class Job(models.Model):
                 "Allow at least 1 run at a time (1 = one at a time), "
                 "or leave it empty for no limit."
             ]
-        if problems := policy_problems(self.run_policy):
-            errors["run_policy"] = problems
+        add = lambda field, text: errors.setdefault(field, []).append(text)  # noqa: E731
+        stored = stored_policy(Job, self)
+        validation.check_run_policy(self.run_policy, add, stored=stored, now=current_time())
         if errors:
             raise ValidationError(errors)
 
@@ -462,7 +473,10 @@ class Endpoint(models.Model):
         validation.check_request_limits(self, add)
         validation.check_schedule(self, add, floor=self.tenant_min_interval_ms)
         validation.check_bounds(self, add, floor=self.tenant_min_interval_ms)
-        validation.check_run_policy(self.run_policy, add, job_policy=self.job_run_policy)
+        stored, job_policy = stored_policy(Endpoint, self), self.job_run_policy
+        validation.check_run_policy(
+            self.run_policy, add, job_policy=job_policy, stored=stored, now=current_time()
+        )
         validation.check_hint(self, add)
         if "name" not in validation.refused_fields(self) and self._name_taken():
             add(

@@ -104,6 +104,13 @@ def replan_after_edit(endpoint: Endpoint, *, now: datetime) -> Plan:
     return plan
 
 
+def replan_job(job: Job, *, now: datetime) -> None:
+    """Plan each live endpoint of a job as an edit, after the job's run policy (their
+    defaults: windows, an active period) changed."""
+    for endpoint in Endpoint.objects.live().filter(job=job).select_related("job__tenant"):
+        replan_after_edit(endpoint, now=now)
+
+
 def _store_plan(endpoint: Endpoint, plan: Plan) -> None:
     """Store the plan in the endpoint's slot; an archived endpoint's slot gets no next run."""
     at, source = (None, "") if endpoint.archived_at else (plan.next_run_at, plan.source)
@@ -116,7 +123,7 @@ def _nudge_earlier(endpoint: Endpoint, now: datetime) -> Plan:
     the new cadence takes over from that run on."""
     plan = plan_next_run(now, EndpointSchedule.from_endpoint(endpoint))
     current = endpoint.next_run_at
-    if current is not None and current <= plan.next_run_at:
+    if current is not None and plan.next_run_at is not None and current <= plan.next_run_at:
         return Plan(current, endpoint.next_run_source)
     _store_plan(endpoint, plan)
     return plan
