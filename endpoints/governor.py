@@ -578,7 +578,8 @@ def explain_plan(now: datetime, schedule: EndpointSchedule) -> str:
             )
         else:
             detail += f", backed off x{factor} after {schedule.failure_count} failure(s)"
-    reasons = "; ".join(decision.steps[1:])
+    # Without a next run the head already gave the last step.
+    reasons = "; ".join(decision.steps[1 : None if plan.next_run_at else -1])
     return f"{head}{detail}." + (f" Then: {reasons}." if reasons else "")
 
 

@@ -196,7 +196,7 @@ def _window_problems(value: dict[str, Any]) -> list[str]:
             f"run_once_at: {value['run_once_at']} is after active_until {value['active_until']}, "
             "so the one-off would never run; move one of them."
         )
-    if value.get("allowed") and not _time_left(
+    if value.get("allowed") and not windows_leave_time(
         [_window(raw) for raw in value["allowed"]],
         [_window(raw) for raw in value.get("blackout") or []],
     ):
@@ -227,7 +227,7 @@ def _week(windows: list[Window]) -> bytearray:
     return covered
 
 
-def _time_left(allowed: list[Window], blackout: list[Window]) -> bool:
+def windows_leave_time(allowed: list[Window], blackout: list[Window]) -> bool:
     """Whether some minute of the week is inside an allowed window and outside every
     blackout (wall-clock minutes; a DST change shifts no window by a whole week)."""
     inside, dark = _week(allowed), _week(blackout)
