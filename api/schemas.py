@@ -141,7 +141,9 @@ class Message(Schema):
 RUN_POLICY: Any = Field(
     None,
     description="Run policy: success criteria, retries, backoff cap, breaker, catch-up "
-    'window, jitter (keys in the README, "Run policies"); {} for the defaults.',
+    "window, jitter, windows (blackout, allowed, active_from/active_until as ISO 8601 "
+    'date-times with an offset, run_once_at for a one-off) (keys in the README, "Run '
+    'policies"); {} for the defaults.',
 )
 
 
