@@ -379,7 +379,10 @@ class EndpointOut(Schema):
     failure_count: int
     last_run_at: datetime | None
     archived_at: datetime | None
-    next_run_at: datetime | None = Field(description="When it runs next; null when archived.")
+    next_run_at: datetime | None = Field(
+        description="When it runs next; null when archived, or when its runs have ended "
+        "(next_run_source ended: the active period is over, or the one-off has run)."
+    )
     next_run_source: str = Field(
         description="Which rule set the next run (see cronicorn://docs/governor).",
         json_schema_extra=_enum("", *Source.values),

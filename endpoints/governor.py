@@ -221,11 +221,8 @@ def plan_after_edit(
     from the last run's start (the new cadence, or the first cron slot after it, clamps
     included), or ``now`` if that moment has passed, so an edit never postpones a due
     run (trap 18). Without a past run it plans from ``now``. Hints count if they are
-    fresh now; a pause in force now wins. A one-off whose time has passed without a run
-    since (the scheduler was down) runs now rather than never."""
-    once = schedule.run_once_at
-    if once is not None and once <= now and (last_run_at is None or last_run_at < once):
-        last_run_at = min(last_run_at or once, once - timedelta(microseconds=1))
+    fresh now; a pause in force now wins."""
+    schedule = missed_one_off(now, last_run_at, schedule)
     if last_run_at is None or last_run_at >= now:
         return plan_next_run(now, schedule)
     if not schedule.hints_fresh(now):
@@ -238,6 +235,18 @@ def plan_after_edit(
     if schedule.paused_until is not None and schedule.paused_until > now:
         return plan_next_run(now, schedule)  # the pause, within the windows' limits
     return Plan(max(plan.next_run_at, now), plan.source)
+
+
+def missed_one_off(
+    now: datetime, last_run_at: datetime | None, schedule: EndpointSchedule
+) -> EndpointSchedule:
+    """A one-off whose time has passed without a run since (the scheduler was down, the
+    endpoint paused over it) is due now rather than never: for a plan made outside a run
+    (an edit, a resume), which knows the last run."""
+    once = schedule.run_once_at
+    if once is None or once > now or (last_run_at is not None and last_run_at >= once):
+        return schedule
+    return replace(schedule, run_once_at=now + timedelta(microseconds=1))
 
 
 def decide(now: datetime, schedule: EndpointSchedule) -> Decision:

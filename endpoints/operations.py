@@ -26,7 +26,13 @@ from endpoints.engine.executor import perform_request
 from endpoints.engine.logs import log_event
 from endpoints.engine.outcomes import NO_HINT, RESULT_STATUS
 from endpoints.engine.running import request_for
-from endpoints.governor import EndpointSchedule, Plan, plan_after_edit, plan_next_run
+from endpoints.governor import (
+    EndpointSchedule,
+    Plan,
+    missed_one_off,
+    plan_after_edit,
+    plan_next_run,
+)
 from endpoints.models import (
     Endpoint,
     HintHistory,
@@ -50,8 +56,10 @@ class OperationRefused(Exception):
 
 
 def recompute_next_run(endpoint: Endpoint, *, now: datetime) -> Plan:
-    """Plan through the governor now and store it (after creating or editing an endpoint)."""
-    plan = plan_next_run(now, EndpointSchedule.from_endpoint(endpoint))
+    """Plan through the governor now and store it (after a pause, a resume, a change of
+    hints); a one-off missed meanwhile runs now."""
+    schedule = missed_one_off(now, endpoint.last_run_at, EndpointSchedule.from_endpoint(endpoint))
+    plan = plan_next_run(now, schedule)
     _store_plan(endpoint, plan)
     return plan
 
