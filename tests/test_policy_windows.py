@@ -14,7 +14,7 @@ from typing import Any
 import httpx
 import pytest
 from django.core.exceptions import ValidationError
-from django.core.management import call_command
+from django.core.management import CommandError, call_command
 from django.utils import timezone
 
 from endpoints import operations
@@ -207,3 +207,38 @@ def test_extending_the_active_period_through_the_api_plans_again(
     assert (plain.next_run_at, plain.next_run_source) == (None, ENDED)
     assert endpoint.next_run_at is not None
     assert not Run.objects.filter(endpoint__in=[plain, endpoint]).exists()
+
+
+def test_an_import_reads_unquoted_yaml_times_and_a_job_policy_change_replans(
+    tmp_path: Any,
+) -> None:
+    def document(until: str) -> str:
+        return f"""
+version: 1
+tenants:
+  - name: Acme
+    jobs:
+      - name: campaign
+        run_policy:
+          active_until: {until}
+        endpoints:
+          - name: ping
+            url: https://example.com/ping
+            baseline_interval: 5m
+"""
+
+    path = tmp_path / "campaign.yaml"
+    path.write_text(document("2020-01-01T00:00:00Z"))  # unquoted: YAML reads a date-time
+    call_command("import_endpoints", str(path), stdout=io.StringIO(), stderr=io.StringIO())
+    endpoint = Endpoint.objects.get(name="ping")
+    assert endpoint.job.run_policy == {"active_until": "2020-01-01T00:00:00+00:00"}
+    assert (endpoint.next_run_at, endpoint.next_run_source) == (None, ENDED)
+
+    path.write_text(document(iso(timezone.now() + timedelta(days=30))))
+    call_command("import_endpoints", str(path), stdout=io.StringIO(), stderr=io.StringIO())
+    endpoint.refresh_from_db()
+    assert endpoint.next_run_at is not None and endpoint.next_run_source != ENDED
+
+    path.write_text(document("2026-12-01T09:00:00"))
+    with pytest.raises(CommandError, match=r'add one, e\.g\. "\+01:00" or "Z"'):
+        call_command("import_endpoints", str(path), stdout=io.StringIO(), stderr=io.StringIO())
