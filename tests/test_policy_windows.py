@@ -242,3 +242,59 @@ tenants:
     path.write_text(document("2026-12-01T09:00:00"))
     with pytest.raises(CommandError, match=r'add one, e\.g\. "\+01:00" or "Z"'):
         call_command("import_endpoints", str(path), stdout=io.StringIO(), stderr=io.StringIO())
+
+
+def test_a_failed_one_off_is_retried_within_its_slot_then_ends(
+    scheduler, make_endpoint, target
+) -> None:
+    target.reply("/flaky-once", status=503, action=lambda: target.reply("/flaky-once", status=200))
+    endpoint = planned(
+        make_endpoint(
+            url=target.url("/flaky-once"),
+            baseline_interval_ms=1_000,
+            run_policy={
+                "run_once_at": iso(timezone.now() + timedelta(seconds=3)),
+                "retry_attempts": 3,
+                "retry_delay_ms": 1_000,
+            },
+        )
+    )
+
+    assert tick_until(scheduler, finished(endpoint, 2), timeout=30)
+    tick_for(scheduler, 2)
+
+    first, second = runs(endpoint)
+    assert (first.status, first.source, second.status, second.source) == (
+        RunStatus.FAILURE,
+        ONCE,
+        RunStatus.SUCCESS,
+        "retry",
+    )
+    assert second.retry_of_id == first.pk and len(target.hits("/flaky-once")) == 2
+    slot = Slot.objects.get(pk=endpoint.pk)
+    assert (slot.next_run_at, slot.next_run_source) == (None, ENDED)
+
+
+def test_a_one_off_found_later_than_its_catchup_window_is_skipped_and_ends(
+    scheduler, make_endpoint, target
+) -> None:
+    endpoint = make_endpoint(
+        url=target.url("/late-once"),
+        run_policy={
+            "run_once_at": iso(timezone.now() + timedelta(hours=1)),
+            "catchup_window_ms": 60_000,
+        },
+    )
+    # The scheduler was down over the one-off's time: six hours ago, still in its slot.
+    missed = timezone.now() - timedelta(hours=6)
+    Endpoint.objects.filter(pk=endpoint.pk).update(
+        run_policy={"run_once_at": iso(missed), "catchup_window_ms": 60_000}
+    )
+    Slot.objects.filter(pk=endpoint.pk).update(next_run_at=missed, next_run_source=ONCE)
+
+    assert tick_until(scheduler, finished(endpoint, 1), timeout=20)
+
+    [run] = runs(endpoint)
+    assert run.status == RunStatus.SKIPPED and target.hits("/late-once") == []
+    slot = Slot.objects.get(pk=endpoint.pk)
+    assert (slot.next_run_at, slot.next_run_source) == (None, ENDED)
