@@ -6,6 +6,7 @@ one-off times through the models; and a change of the active period through the 
 from __future__ import annotations
 
 import io
+import json
 import time
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
@@ -15,12 +16,14 @@ import httpx
 import pytest
 from django.core.exceptions import ValidationError
 from django.core.management import CommandError, call_command
+from django.urls import reverse
 from django.utils import timezone
 
 from endpoints import operations
 from endpoints.embedded import EmbeddedScheduler
 from endpoints.governor import ENDED, ONCE, WINDOW
 from endpoints.models import Endpoint, Job, Run, RunStatus, Slot, Tenant
+from tests.admin_world import build_world
 from tests.api_world import make_key
 from tests.test_run_policies import finished, runs, tick_until
 
@@ -296,5 +299,26 @@ def test_a_one_off_found_later_than_its_catchup_window_is_skipped_and_ends(
 
     [run] = runs(endpoint)
     assert run.status == RunStatus.SKIPPED and target.hits("/late-once") == []
+    slot = Slot.objects.get(pk=endpoint.pk)
+    assert (slot.next_run_at, slot.next_run_source) == (None, ENDED)
+
+
+def test_a_job_policy_saved_in_the_admin_replans_its_endpoints(db: None) -> None:
+    world = build_world()
+    job, endpoint = world.a.job, world.a.endpoint
+    operations.replan_after_edit(endpoint, now=timezone.now())
+    client = world.client_for(world.alice)
+    ended = iso(timezone.now() - timedelta(days=1))
+    response = client.post(
+        reverse("admin:endpoints_job_change", args=[job.pk]),
+        {
+            "tenant": str(job.tenant_id),
+            "name": job.name,
+            "description": job.description,
+            "max_concurrent": "",
+            "run_policy": json.dumps({"active_until": ended}),
+        },
+    )
+    assert response.status_code == 302, response.content.decode()[:2000]
     slot = Slot.objects.get(pk=endpoint.pk)
     assert (slot.next_run_at, slot.next_run_source) == (None, ENDED)
