@@ -47,12 +47,12 @@ class HttpMethod(models.TextChoices):
     DELETE = "DELETE"
 
 
-def stored_policy(model: type[models.Model], obj: models.Model) -> Any:
-    """The saved run policy if ``obj``'s sets a one-off time (a past one must be new)."""
-    policy = getattr(obj, "run_policy", None)
-    if obj.pk is None or not isinstance(policy, dict) or not policy.get("run_once_at"):
-        return None
-    return model._default_manager.filter(pk=obj.pk).values_list("run_policy", flat=True).first()
+def policy_context(obj: Any) -> dict[str, Any]:
+    """Now, and the saved run policy if ``obj``'s sets a one-off time (a past one must be new)."""
+    saved, policy = None, obj.run_policy
+    if obj.pk is not None and isinstance(policy, dict) and policy.get("run_once_at"):
+        saved = type(obj)._default_manager.filter(pk=obj.pk).values_list("run_policy").first()
+    return {"stored": saved[0] if saved else None, "now": current_time()}
 
 
 class Source(models.TextChoices):
@@ -212,8 +212,7 @@ class Job(models.Model):
                 "or leave it empty for no limit."
             ]
         add = lambda field, text: errors.setdefault(field, []).append(text)  # noqa: E731
-        stored = stored_policy(Job, self)
-        validation.check_run_policy(self.run_policy, add, stored=stored, now=current_time())
+        validation.check_run_policy(self.run_policy, add, **policy_context(self))
         if errors:
             raise ValidationError(errors)
 
@@ -473,10 +472,8 @@ class Endpoint(models.Model):
         validation.check_request_limits(self, add)
         validation.check_schedule(self, add, floor=self.tenant_min_interval_ms)
         validation.check_bounds(self, add, floor=self.tenant_min_interval_ms)
-        stored, job_policy = stored_policy(Endpoint, self), self.job_run_policy
-        validation.check_run_policy(
-            self.run_policy, add, job_policy=job_policy, stored=stored, now=current_time()
-        )
+        context = policy_context(self)
+        validation.check_run_policy(self.run_policy, add, job_policy=self.job_run_policy, **context)
         validation.check_hint(self, add)
         if "name" not in validation.refused_fields(self) and self._name_taken():
             add(
