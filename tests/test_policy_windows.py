@@ -111,7 +111,11 @@ def test_an_endpoint_past_its_active_until_stops(scheduler, make_endpoint, targe
     assert all(run.scheduled_for <= until for run in runs(endpoint))
     assert Slot.objects.get(pk=endpoint.pk).next_run_source == ENDED
     text = explain(endpoint, "--next", "5")
-    assert "the active period ended at" in text and "no more runs" in text
+    assert "No next run (ended): the active period ended at" in text
+    assert "then no more runs: the active period ended at" in text
+    document = json.loads(explain(endpoint, "--next", "5", "--json"))
+    assert (document["next_run_at"], document["source"], document["next"]) == (None, ENDED, [])
+    assert document["runs_end"].startswith("the active period ended at")
 
 
 def test_an_allowed_window_moves_runs_and_explain_says_so(scheduler, make_endpoint, target) -> None:

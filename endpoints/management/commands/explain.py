@@ -70,6 +70,8 @@ class Command(BaseCommand):
             document = as_json(endpoint, decision)
             if count:
                 document["next"] = planned
+                if len(planned) < count:
+                    document["runs_end"] = runs_end(now, schedule, count)
             self.stdout.write(to_json(document))
         else:
             self.stdout.write(as_text(endpoint, decision))
