@@ -15,8 +15,8 @@ from ninja import Field, Schema
 from pydantic import AfterValidator, BeforeValidator, ConfigDict, WithJsonSchema
 from pydantic.json_schema import JsonDict
 
+from endpoints.choices import DEFAULT_HINT_TTL_MS
 from endpoints.models import (
-    DEFAULT_HINT_TTL_MS,
     HintKind,
     JobStatus,
     RunStatus,
@@ -141,7 +141,9 @@ class Message(Schema):
 RUN_POLICY: Any = Field(
     None,
     description="Run policy: success criteria, retries, backoff cap, breaker, catch-up "
-    'window, jitter (keys in the README, "Run policies"); {} for the defaults.',
+    "window, jitter, windows (blackout, allowed, active_from/active_until as ISO 8601 "
+    'date-times with an offset, run_once_at for a one-off) (keys in the README, "Run '
+    'policies"); {} for the defaults.',
 )
 
 
@@ -377,7 +379,10 @@ class EndpointOut(Schema):
     failure_count: int
     last_run_at: datetime | None
     archived_at: datetime | None
-    next_run_at: datetime | None = Field(description="When it runs next; null when archived.")
+    next_run_at: datetime | None = Field(
+        description="When it runs next; null when archived, or when its runs have ended "
+        "(next_run_source ended: the active period is over, or the one-off has run)."
+    )
     next_run_source: str = Field(
         description="Which rule set the next run (see cronicorn://docs/governor).",
         json_schema_extra=_enum("", *Source.values),

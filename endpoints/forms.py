@@ -14,7 +14,7 @@ from typing import Any
 from django import forms
 from django.core.exceptions import ValidationError
 
-from endpoints.governor import SCHEDULE_FIELDS
+from endpoints.governor import REPLAN_FIELDS
 from endpoints.models import Endpoint, HttpMethod, Job
 from endpoints.schedules import ScheduleError, format_interval, parse_interval
 from endpoints.secrets import MASK, mask_headers, redact_url, replace_url_password, url_password
@@ -41,7 +41,7 @@ ENDPOINT_FIELDS = [
 
 # What a run preview depends on: the schedule, the run policy (jitter, windows) and the
 # job (its policy defaults, its tenant's minimum interval).
-PREVIEW_FIELDS = ("job", *SCHEDULE_FIELDS, "run_policy")
+PREVIEW_FIELDS = ("job", *REPLAN_FIELDS)
 
 
 class IntervalField(forms.CharField):
@@ -189,7 +189,7 @@ class EndpointForm(forms.ModelForm):
             self.add_error("job", problem)
 
     def schedule_changed(self) -> bool:
-        return bool(set(SCHEDULE_FIELDS).intersection(self.changed_data))
+        return bool(set(REPLAN_FIELDS).intersection(self.changed_data))
 
     def preview_problems(self) -> dict[str, list[str]]:
         """Validate (nothing is saved) and return the messages a save would show on the

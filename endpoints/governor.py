@@ -19,7 +19,17 @@ dataclass whose fields are named like the Endpoint fields. The rules, in order:
    interval): below ``now + floor`` -> ``now + floor`` (``clamped-min``); it wins over
    everything but a pause, the endpoint's max included, so nothing (a hint, a bound)
    gets an endpoint run more often than its tenant's plan allows.
-6. Pause wins: ``paused_until > now`` -> ``(paused_until, "paused")``.
+6. Windows (run policy): a run before ``active_from`` moves to the schedule's first slot
+   at or after it; one inside a blackout moves to its end, one outside the allowed
+   windows to their next opening (``window``); only later, so every minimum holds.
+7. Pause wins: ``paused_until > now`` -> ``(paused_until, "paused")``, except that it
+   never brings a run before ``active_from`` or a one-off before its time.
+8. The end: a run after ``active_until``, or a one-off that has had its time, is no run
+   at all: a Plan without a time (``ended``); a retry within the one-off's slot still
+   comes first.
+
+A one-off (``run_once_at``) replaces the baseline and the hints: ``once`` until its time
+has come, then ``ended``.
 
 Cron across daylight saving time follows classic cron: a wall time skipped by the
 spring-forward gap runs once at the first valid instant after it (``30 2 * * *`` in
@@ -38,7 +48,15 @@ from typing import Any
 from zoneinfo import ZoneInfo
 
 from endpoints.policies import DEFAULT as DEFAULT_POLICY
-from endpoints.policies import MAX_WINDOWS, Window, blackout_end, jitter_offset_ms, resolve_policy
+from endpoints.policies import (
+    MAX_WINDOWS,
+    OPENING_DAYS,
+    Window,
+    allowed_opening,
+    blackout_end,
+    jitter_offset_ms,
+    resolve_policy,
+)
 from endpoints.schedules import (
     MAX_PLANNABLE_MS,
     describe_delta,
@@ -57,7 +75,9 @@ AI_ONESHOT = "ai-oneshot"
 CLAMPED_MIN = "clamped-min"
 CLAMPED_MAX = "clamped-max"
 PAUSED = "paused"
-WINDOW = "window"  # moved out of a blackout window (run policy)
+WINDOW = "window"  # moved by a window: blackout, allowed hours, active period (run policy)
+ONCE = "once"  # a one-off endpoint's one run (run policy ``run_once_at``)
+ENDED = "ended"  # no next run: the active period is over, or the one-off has run
 RETRY = "retry"  # a retry within the slot (run policy), after a failed attempt
 MANUAL = "manual"  # not the governor's: a person asked for a run now
 
@@ -71,9 +91,24 @@ SCHEDULE_FIELDS = (
     "min_interval_ms",
     "max_interval_ms",
 )
+# An edit of these plans the next run again at once (the run policy holds the windows).
+REPLAN_FIELDS = (*SCHEDULE_FIELDS, "run_policy")
 # Fields of EndpointSchedule that come from the run policy or the engine, not from
 # endpoint fields of the same name.
-POLICY_FIELDS = ("backoff_cap_ms", "jitter_offset_ms", "retry_at", "retry_attempt", "blackout")
+POLICY_FIELDS = (
+    "backoff_cap_ms",
+    "jitter_offset_ms",
+    "retry_at",
+    "retry_attempt",
+    "blackout",
+    "allowed",
+    "active_from",
+    "active_until",
+    "run_once_at",
+)
+# A search through windows that touch or alternate (blackouts inside allowed hours) takes
+# one step per window edge; a week and a day of edges bounds it.
+MAX_WINDOW_STEPS = 2 * (OPENING_DAYS + 1) * MAX_WINDOWS + 4
 HINT_FIELDS = ("ai_hint_interval_ms", "ai_hint_next_run_at", "ai_hint_expires_at")
 
 
@@ -98,6 +133,10 @@ class EndpointSchedule:
     retry_at: datetime | None = None  # a retry within the slot is wanted at this time
     retry_attempt: int = 0  # the attempt that retry would be (for the words)
     blackout: tuple[Window, ...] = ()  # local windows when it never runs
+    allowed: tuple[Window, ...] = ()  # local windows it may run in (empty: any time)
+    active_from: datetime | None = None  # no run before
+    active_until: datetime | None = None  # no run after
+    run_once_at: datetime | None = None  # a one-off: this run, then none
 
     @classmethod
     def from_endpoint(cls, endpoint: Any) -> EndpointSchedule:
@@ -128,6 +167,14 @@ class Candidate:
 
 @dataclass(frozen=True)
 class Plan:
+    next_run_at: datetime | None  # None: no next run (``ENDED``)
+    source: str
+
+
+@dataclass(frozen=True)
+class Upcoming:
+    """One run of a preview: always a time."""
+
     next_run_at: datetime
     source: str
 
@@ -141,7 +188,7 @@ class Decision:
     baseline: Candidate
     hints_fresh: bool
     candidates: tuple[Candidate, ...]
-    chosen: Candidate
+    chosen: Candidate | None  # None: a one-off whose time has come, without a retry
     steps: tuple[str, ...] = field(default=())
 
 
@@ -156,6 +203,10 @@ def policy_fields(endpoint: Any) -> dict[str, Any]:
         "backoff_cap_ms": policy.backoff_cap_ms,
         "jitter_offset_ms": offset,
         "blackout": policy.blackout,
+        "allowed": policy.allowed,
+        "active_from": policy.active_from,
+        "active_until": policy.active_until,
+        "run_once_at": policy.run_once_at,
     }
 
 
@@ -171,6 +222,7 @@ def plan_after_edit(
     included), or ``now`` if that moment has passed, so an edit never postpones a due
     run (trap 18). Without a past run it plans from ``now``. Hints count if they are
     fresh now; a pause in force now wins."""
+    schedule = missed_one_off(now, last_run_at, schedule)
     if last_run_at is None or last_run_at >= now:
         return plan_next_run(now, schedule)
     if not schedule.hints_fresh(now):
@@ -178,9 +230,23 @@ def plan_after_edit(
             schedule, ai_hint_interval_ms=None, ai_hint_next_run_at=None, ai_hint_expires_at=None
         )
     plan = plan_next_run(last_run_at, replace(schedule, paused_until=None))
+    if plan.next_run_at is None:
+        return plan
     if schedule.paused_until is not None and schedule.paused_until > now:
-        return Plan(schedule.paused_until, PAUSED)
+        return plan_next_run(now, schedule)  # the pause, within the windows' limits
     return Plan(max(plan.next_run_at, now), plan.source)
+
+
+def missed_one_off(
+    now: datetime, last_run_at: datetime | None, schedule: EndpointSchedule
+) -> EndpointSchedule:
+    """A one-off whose time has passed without a run since (the scheduler was down, the
+    endpoint paused over it) is due now rather than never: for a plan made outside a run
+    (an edit, a resume), which knows the last run."""
+    once = schedule.run_once_at
+    if once is None or once > now or (last_run_at is not None and last_run_at >= once):
+        return schedule
+    return replace(schedule, run_once_at=now + timedelta(microseconds=1))
 
 
 def decide(now: datetime, schedule: EndpointSchedule) -> Decision:
@@ -202,23 +268,26 @@ def decide(now: datetime, schedule: EndpointSchedule) -> Decision:
 
     fresh = schedule.hints_fresh(now)
     candidates = [baseline]
-    interval_hint = oneshot_hint = None
-    if fresh:
-        if schedule.ai_hint_interval_ms is not None:
-            hinted = _bounded(schedule.ai_hint_interval_ms)
-            interval_hint = Candidate(AI_INTERVAL, now + _ms(hinted))
-            candidates.append(interval_hint)
-        if schedule.ai_hint_next_run_at is not None:
-            oneshot_hint = Candidate(AI_ONESHOT, schedule.ai_hint_next_run_at)
-            candidates.append(oneshot_hint)
-    elif schedule.ai_hint_expires_at is not None:
-        steps.append("hints expired: ignored")
-
-    chosen = _choose(baseline, interval_hint, oneshot_hint, steps)
+    chosen: Candidate | None
+    if schedule.run_once_at is not None:
+        chosen = _one_off(now, schedule, fresh, candidates, steps)
+    else:
+        interval_hint = oneshot_hint = None
+        if fresh:
+            if schedule.ai_hint_interval_ms is not None:
+                hinted = _bounded(schedule.ai_hint_interval_ms)
+                interval_hint = Candidate(AI_INTERVAL, now + _ms(hinted))
+                candidates.append(interval_hint)
+            if schedule.ai_hint_next_run_at is not None:
+                oneshot_hint = Candidate(AI_ONESHOT, schedule.ai_hint_next_run_at)
+                candidates.append(oneshot_hint)
+        elif schedule.ai_hint_expires_at is not None:
+            steps.append("hints expired: ignored")
+        chosen = _choose(baseline, interval_hint, oneshot_hint, steps)
     if schedule.retry_at is not None:
         retry = Candidate(RETRY, max(schedule.retry_at, now))
         candidates.append(retry)
-        if retry.at < chosen.at:
+        if chosen is None or retry.at < chosen.at:
             chosen = retry
             steps.append(
                 f"attempt {schedule.retry_attempt} of this slot failed before: retry "
@@ -226,27 +295,145 @@ def decide(now: datetime, schedule: EndpointSchedule) -> Decision:
             )
         else:
             steps.append("a retry would come after the next run: no retry, the slot failed")
+
+    def decision(at: datetime | None, source: str) -> Decision:
+        return Decision(
+            now=now,
+            plan=Plan(at, source),
+            baseline=baseline,
+            hints_fresh=fresh,
+            candidates=tuple(candidates),
+            chosen=chosen,
+            steps=tuple(steps),
+        )
+
+    if chosen is None:
+        return decision(None, ENDED)
     at, source = chosen.at, chosen.source
     if at < now:
-        steps.append("the one-shot time has passed: run now")
+        steps.append(f"the {'one-off' if source == ONCE else 'one-shot'} time has passed: run now")
         at = now
     at, source = _clamp(now, at, source, schedule, steps)
-    if chosen.source == RETRY:
-        source = RETRY  # clamps may delay a retry, which stays one
-    if schedule.blackout:
-        at, source = _out_of_blackout(at, source, schedule, steps)
+    if chosen.source in (RETRY, ONCE):
+        # Clamps may delay a retry or a one-off, which stay what they are; nothing brings
+        # a one-off before its time (a maximum interval would run it twice).
+        source = chosen.source
+        if source == ONCE and at < chosen.at:
+            steps.append("the maximum interval does not bring a one-off forward")
+            at = chosen.at
+    if schedule.active_from is not None and at < schedule.active_from:
+        at, source = _first_active(at, source, schedule, steps)
+    moved = _into_windows(at, source, schedule, steps)
+    if moved is None:
+        return decision(None, ENDED)
+    at, source = moved
     if schedule.paused_until is not None and schedule.paused_until > now:
-        steps.append(f"paused until {_stamp(schedule.paused_until)}: pause wins")
-        at, source = schedule.paused_until, PAUSED
-    return Decision(
-        now=now,
-        plan=Plan(at, source),
-        baseline=baseline,
-        hints_fresh=fresh,
-        candidates=tuple(candidates),
-        chosen=chosen,
-        steps=tuple(steps),
+        earliest = _earliest(schedule, chosen)
+        if earliest is not None and schedule.paused_until < earliest:
+            steps.append(
+                f"paused until {_stamp(schedule.paused_until)}, but no run comes before "
+                f"{_stamp(earliest)}: planned for then"
+            )
+        else:
+            steps.append(f"paused until {_stamp(schedule.paused_until)}: pause wins")
+            at, source = schedule.paused_until, PAUSED
+    if schedule.active_until is not None and at > schedule.active_until:
+        steps.append(f"the active period ended at {_stamp(schedule.active_until)}; no more runs")
+        return decision(None, ENDED)
+    return decision(at, source)
+
+
+def _one_off(
+    now: datetime,
+    schedule: EndpointSchedule,
+    fresh: bool,
+    candidates: list[Candidate],
+    steps: list[str],
+) -> Candidate | None:
+    """A one-off's candidate: its time until it comes (strictly after ``now``: a run
+    planned at ``now`` or later is that run), then none."""
+    assert schedule.run_once_at is not None
+    once = schedule.run_once_at
+    steps.append(
+        f"a one-off at {_stamp(once)} (run_once_at): the baseline schedule"
+        + (" and the hints are" if fresh else " is")
+        + " not used"
     )
+    if once <= now:
+        steps.append(f"the one-off at {_stamp(once)} has had its run: no more runs")
+        return None
+    candidate = Candidate(ONCE, once)
+    candidates.append(candidate)
+    return candidate
+
+
+def _earliest(schedule: EndpointSchedule, chosen: Candidate) -> datetime | None:
+    """The time no run may come before whatever a pause says: the active period's start,
+    a one-off's time."""
+    limits = [schedule.active_from] if schedule.active_from is not None else []
+    if chosen.source == ONCE:
+        limits.append(chosen.at)
+    return max(limits) if limits else None
+
+
+def _first_active(
+    at: datetime, source: str, schedule: EndpointSchedule, steps: list[str]
+) -> tuple[datetime, str]:
+    """A run before the active period moves to the schedule's first slot at or after its
+    start: a cron slot exactly then counts (its jitter added), an interval starts then;
+    a one-off or a retry moves to the start itself."""
+    start = schedule.active_from
+    assert start is not None
+    first = start
+    if schedule.baseline_cron and source not in (RETRY, ONCE):
+        first = _baseline(start - timedelta(microseconds=1), schedule).at
+    steps.append(
+        f"before the active period, which starts at {_stamp(start)}: moved to "
+        f"{'its first slot' if first > start else 'its start'}, {_stamp(first)}"
+    )
+    return first, (source if source in (RETRY, ONCE) else WINDOW)
+
+
+def _into_windows(
+    at: datetime, source: str, schedule: EndpointSchedule, steps: list[str]
+) -> tuple[datetime, str] | None:
+    """A run inside a blackout window moves to the window's end, one outside the allowed
+    windows to their next opening, until neither applies (windows that touch or
+    alternate are followed; bounded). Only later, so every minimum still holds; a pause
+    still wins after this. None (with a step) when no time is found: validation refuses
+    such policies, so only a policy stored some other way gets here."""
+    if not schedule.blackout and not schedule.allowed:
+        return at, source
+    zone = ZoneInfo(schedule.timezone or "UTC")
+    # A retry or a one-off moved by a window is still what it was.
+    kept = source if source in (RETRY, ONCE) else WINDOW
+    for _ in range(MAX_WINDOW_STEPS):
+        found = blackout_end(at, zone, schedule.blackout)
+        if found is not None:
+            end, window = found
+            steps.append(
+                f"inside the blackout window {window.words()} ({schedule.timezone}): "
+                f"moved to its end, {_stamp(end)}"
+            )
+            at, source = end, kept
+            continue
+        if not schedule.allowed:
+            return at, source
+        opening = allowed_opening(at, zone, schedule.allowed)
+        if opening is None:
+            break
+        if opening[1] is None:
+            return at, source
+        steps.append(
+            f"outside the allowed windows ({', '.join(w.words() for w in schedule.allowed)}, "
+            f"{schedule.timezone}): moved to the next opening, {_stamp(opening[0])}"
+        )
+        at, source = opening[0], kept
+    steps.append(
+        "no time inside the allowed windows and outside the blackout windows was found: "
+        "no run; correct the run policy"
+    )
+    return None
 
 
 def _baseline(now: datetime, schedule: EndpointSchedule) -> Candidate:
@@ -316,27 +503,6 @@ def _clamp(
     return at, source
 
 
-def _out_of_blackout(
-    at: datetime, source: str, schedule: EndpointSchedule, steps: list[str]
-) -> tuple[datetime, str]:
-    """A run planned inside a blackout window moves to the window's end (windows that
-    touch are followed; bounded). Only later, so every minimum still holds; a pause
-    still wins after this."""
-    zone = ZoneInfo(schedule.timezone or "UTC")
-    for _ in range(2 * MAX_WINDOWS + 2):
-        found = blackout_end(at, zone, schedule.blackout)
-        if found is None:
-            return at, source
-        end, window = found
-        steps.append(
-            f"inside the blackout window {window.words()} ({schedule.timezone}): "
-            f"moved to its end, {_stamp(end)}"
-        )
-        # A retry moved by a window is still the retry of its slot.
-        at, source = end, (RETRY if source == RETRY else WINDOW)
-    return at, source
-
-
 def _ms(value: int) -> timedelta:
     # Bounded, so that no stored value can overflow a datetime (see MAX_PLANNABLE_MS).
     limit = MAX_PLANNABLE_MS * 2**MAX_BACKOFF_EXPONENT
@@ -387,7 +553,9 @@ SOURCE_WORDS = {
     CLAMPED_MAX: "the maximum interval",
     PAUSED: "a pause",
     RETRY: "a retry within the slot",
-    WINDOW: "a blackout window's end",
+    WINDOW: "a time window (blackout, allowed hours or active period)",
+    ONCE: "the one-off time (run_once_at)",
+    ENDED: "nothing: no more runs (the active period ended, or the one-off has run)",
     MANUAL: "a manual run request",
 }
 
@@ -401,10 +569,13 @@ def explain_plan(now: datetime, schedule: EndpointSchedule) -> str:
         timezone=schedule.timezone,
         baseline_interval_ms=schedule.baseline_interval_ms,
     )
-    head = (
-        f"Next run {_relative(plan.next_run_at, now)} at "
-        f"{_stamp(plan.next_run_at)}, set by {SOURCE_WORDS[plan.source]}."
-    )
+    if plan.next_run_at is None:
+        head = f"No next run: {decision.steps[-1]}."
+    else:
+        head = (
+            f"Next run {_relative(plan.next_run_at, now)} at "
+            f"{_stamp(plan.next_run_at)}, set by {SOURCE_WORDS[plan.source]}."
+        )
     detail = f" Baseline: {base}"
     if schedule.baseline_interval_ms and schedule.failure_count and not schedule.baseline_cron:
         factor = 2 ** min(schedule.failure_count, MAX_BACKOFF_EXPONENT)
@@ -416,18 +587,23 @@ def explain_plan(now: datetime, schedule: EndpointSchedule) -> str:
             )
         else:
             detail += f", backed off x{factor} after {schedule.failure_count} failure(s)"
-    reasons = "; ".join(decision.steps[1:])
+    # Without a next run the head already gave the last step.
+    reasons = "; ".join(decision.steps[1 : None if plan.next_run_at else -1])
     return f"{head}{detail}." + (f" Then: {reasons}." if reasons else "")
 
 
-def preview_runs(now: datetime, schedule: EndpointSchedule, count: int) -> list[Plan]:
+def preview_runs(now: datetime, schedule: EndpointSchedule, count: int) -> list[Upcoming]:
     """The next ``count`` run times as planned now, each run assumed to start on time and
     succeed (no backoff); hints and a pause as they are. Cron slots follow the endpoint's
-    zone across DST (``next_cron_after``); a one-shot hint is used once."""
-    plans: list[Plan] = []
+    zone across DST (``next_cron_after``); a one-shot hint is used once. Fewer when the
+    runs end (the active period, a one-off): ``decide`` at the last one says why."""
+    plans: list[Upcoming] = []
     at, current = now, replace(schedule, failure_count=0, retry_at=None)
     for _ in range(max(count, 0)):
-        plan = plan_next_run(at, current)
+        planned = plan_next_run(at, current)
+        if planned.next_run_at is None:
+            break
+        plan = Upcoming(planned.next_run_at, planned.source)
         plans.append(plan)
         if plan.source == AI_ONESHOT:
             current = replace(current, ai_hint_next_run_at=None)

@@ -11,7 +11,8 @@ from typing import Any, TypedDict
 from django.conf import settings
 from django.db.models import Count, Q
 
-from endpoints.models import FAILED_STATUSES, Heartbeat, Run, RunStatus, RunTrigger, Slot
+from endpoints.choices import FAILED_STATUSES
+from endpoints.models import Heartbeat, Run, RunStatus, RunTrigger, Slot
 
 HEALTH_LATENESS_SAMPLE = 10_000
 

@@ -14,9 +14,10 @@ from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.db import models
 from django.db.models import F, Q, Value
+from django.utils.timezone import now as current_time
 
-from endpoints import governor, validation
-from endpoints.policies import policy_problems
+from endpoints import validation
+from endpoints.choices import HintKind, HttpMethod, JobStatus, RunStatus, RunTrigger, Source
 from endpoints.validation import (
     MAX_INTERVAL_MS,
     MAX_RESPONSE_KB,
@@ -33,65 +34,12 @@ def _choices_check(
     return models.CheckConstraint(condition=Q(**{f"{field}__in": choices.values}), name=name)
 
 
-class JobStatus(models.TextChoices):
-    ACTIVE = "active"
-    PAUSED = "paused"
-    ARCHIVED = "archived"
-
-
-class HttpMethod(models.TextChoices):
-    GET = "GET"
-    POST = "POST"
-    PUT = "PUT"
-    PATCH = "PATCH"
-    DELETE = "DELETE"
-
-
-class Source(models.TextChoices):
-    """The governor's sources (``endpoints.governor``), plus a manual run request."""
-
-    BASELINE_CRON = governor.BASELINE_CRON
-    BASELINE_INTERVAL = governor.BASELINE_INTERVAL
-    AI_INTERVAL = governor.AI_INTERVAL
-    AI_ONESHOT = governor.AI_ONESHOT
-    CLAMPED_MIN = governor.CLAMPED_MIN
-    CLAMPED_MAX = governor.CLAMPED_MAX
-    PAUSED = governor.PAUSED
-    RETRY = governor.RETRY
-    WINDOW = governor.WINDOW
-    MANUAL = governor.MANUAL
-
-
-class RunTrigger(models.TextChoices):
-    SCHEDULED = "scheduled"
-    MANUAL = "manual"
-    TEST = "test"
-    RETRY = "retry"
-
-
-class RunStatus(models.TextChoices):
-    RUNNING = "running"
-    SUCCESS = "success"
-    FAILURE = "failure"
-    TIMEOUT = "timeout"
-    LOST = "lost"
-    # Found later than its job's catch-up window: not called, the next slot planned.
-    SKIPPED = "skipped"
-
-
-FAILED_STATUSES = (RunStatus.FAILURE, RunStatus.TIMEOUT, RunStatus.LOST)
-
-
-class HintKind(models.TextChoices):
-    INTERVAL = "interval"
-    ONESHOT = "oneshot"
-    PAUSE = "pause"
-    RESUME = "resume"
-    CLEAR = "clear"
-
-
-# How long an operator's hint lasts when no TTL is given (the hint command, API, MCP).
-DEFAULT_HINT_TTL_MS = {HintKind.INTERVAL: 60 * 60 * 1_000, HintKind.ONESHOT: 30 * 60 * 1_000}
+def policy_context(obj: Any) -> dict[str, Any]:
+    """Now, and the saved run policy if ``obj``'s sets a one-off time (a past one must be new)."""
+    saved, policy = None, obj.run_policy
+    if obj.pk is not None and isinstance(policy, dict) and policy.get("run_once_at"):
+        saved = type(obj)._default_manager.filter(pk=obj.pk).values_list("run_policy").first()
+    return {"stored": saved[0] if saved else None, "now": current_time()}
 
 
 class Tenant(models.Model):
@@ -201,8 +149,8 @@ class Job(models.Model):
                 "Allow at least 1 run at a time (1 = one at a time), "
                 "or leave it empty for no limit."
             ]
-        if problems := policy_problems(self.run_policy):
-            errors["run_policy"] = problems
+        add = lambda field, text: errors.setdefault(field, []).append(text)  # noqa: E731
+        validation.check_run_policy(self.run_policy, add, **policy_context(self))
         if errors:
             raise ValidationError(errors)
 
@@ -462,7 +410,8 @@ class Endpoint(models.Model):
         validation.check_request_limits(self, add)
         validation.check_schedule(self, add, floor=self.tenant_min_interval_ms)
         validation.check_bounds(self, add, floor=self.tenant_min_interval_ms)
-        validation.check_run_policy(self.run_policy, add, job_policy=self.job_run_policy)
+        context = policy_context(self)
+        validation.check_run_policy(self.run_policy, add, job_policy=self.job_run_policy, **context)
         validation.check_hint(self, add)
         if "name" not in validation.refused_fields(self) and self._name_taken():
             add(

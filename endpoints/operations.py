@@ -26,7 +26,13 @@ from endpoints.engine.executor import perform_request
 from endpoints.engine.logs import log_event
 from endpoints.engine.outcomes import NO_HINT, RESULT_STATUS
 from endpoints.engine.running import request_for
-from endpoints.governor import EndpointSchedule, Plan, plan_after_edit, plan_next_run
+from endpoints.governor import (
+    EndpointSchedule,
+    Plan,
+    missed_one_off,
+    plan_after_edit,
+    plan_next_run,
+)
 from endpoints.models import (
     Endpoint,
     HintHistory,
@@ -50,8 +56,10 @@ class OperationRefused(Exception):
 
 
 def recompute_next_run(endpoint: Endpoint, *, now: datetime) -> Plan:
-    """Plan through the governor now and store it (after creating or editing an endpoint)."""
-    plan = plan_next_run(now, EndpointSchedule.from_endpoint(endpoint))
+    """Plan through the governor now and store it (after a pause, a resume, a change of
+    hints); a one-off missed meanwhile runs now."""
+    schedule = missed_one_off(now, endpoint.last_run_at, EndpointSchedule.from_endpoint(endpoint))
+    plan = plan_next_run(now, schedule)
     _store_plan(endpoint, plan)
     return plan
 
@@ -104,6 +112,13 @@ def replan_after_edit(endpoint: Endpoint, *, now: datetime) -> Plan:
     return plan
 
 
+def replan_job(job: Job, *, now: datetime) -> None:
+    """Plan each live endpoint of a job as an edit, after the job's run policy (their
+    defaults: windows, an active period) changed."""
+    for endpoint in Endpoint.objects.live().filter(job=job).select_related("job__tenant"):
+        replan_after_edit(endpoint, now=now)
+
+
 def _store_plan(endpoint: Endpoint, plan: Plan) -> None:
     """Store the plan in the endpoint's slot; an archived endpoint's slot gets no next run."""
     at, source = (None, "") if endpoint.archived_at else (plan.next_run_at, plan.source)
@@ -116,7 +131,7 @@ def _nudge_earlier(endpoint: Endpoint, now: datetime) -> Plan:
     the new cadence takes over from that run on."""
     plan = plan_next_run(now, EndpointSchedule.from_endpoint(endpoint))
     current = endpoint.next_run_at
-    if current is not None and current <= plan.next_run_at:
+    if current is not None and plan.next_run_at is not None and current <= plan.next_run_at:
         return Plan(current, endpoint.next_run_source)
     _store_plan(endpoint, plan)
     return plan

@@ -28,6 +28,13 @@ Keys (all optional; ``DEFAULTS`` below, with the README saying why):
   ``{"start": "02:00", "end": "04:00"}`` with optional ``"days": ["sat", "sun"]`` (the day
   the window starts; one that ends before it starts runs over midnight). A run planned
   inside one moves to its end.
+- ``allowed``: windows of the same shape when it may run; when given, a run planned
+  outside all of them moves to the next opening (blackouts still apply inside them).
+- ``active_from`` / ``active_until``: ISO 8601 date-times with an offset; before the first
+  the first run is the schedule's first slot at or after it, after the second there is
+  no next run.
+- ``run_once_at``: an ISO 8601 date-time with an offset: the endpoint runs once then (its
+  baseline schedule unused; retries within that slot still happen), then never again.
 """
 
 from __future__ import annotations
@@ -97,6 +104,10 @@ class RunPolicy:
     catchup_window_ms: int | None = None
     jitter_ms: int = 0
     blackout: tuple[Window, ...] = ()
+    allowed: tuple[Window, ...] = ()
+    active_from: datetime | None = None
+    active_until: datetime | None = None
+    run_once_at: datetime | None = None
 
     @property
     def checks_success(self) -> bool:
@@ -163,7 +174,64 @@ def policy_problems(value: Any) -> list[str]:
         and not value.get("body_json_path")
     ):
         problems.append("body_json_equals: give body_json_path too (where to find the value).")
+    if not problems:
+        problems += _window_problems(value)
     return problems
+
+
+def _window_problems(value: dict[str, Any]) -> list[str]:
+    """Rules across the window keys, once each key is usable on its own."""
+    problems = []
+    start, end, once = (
+        parse_moment(value[key]) if value.get(key) else None
+        for key in ("active_from", "active_until", "run_once_at")
+    )
+    if start and end and end <= start:
+        problems.append(
+            f"active_until: {value['active_until']} is not after active_from "
+            f"{value['active_from']}; give an end after the start."
+        )
+    if once and end and once > end:
+        problems.append(
+            f"run_once_at: {value['run_once_at']} is after active_until {value['active_until']}, "
+            "so the one-off would never run; move one of them."
+        )
+    if value.get("allowed") and not windows_leave_time(
+        [_window(raw) for raw in value["allowed"]],
+        [_window(raw) for raw in value.get("blackout") or []],
+    ):
+        problems.append(
+            "allowed: every allowed window lies inside a blackout window, so no time is left "
+            "to run; widen an allowed window or shorten a blackout."
+        )
+    return problems
+
+
+WEEK_MINUTES = 7 * 24 * 60
+
+
+def _week(windows: list[Window]) -> bytearray:
+    """The minutes of a week (Monday 00:00 = 0) that ``windows`` cover, one byte each."""
+    covered = bytearray(WEEK_MINUTES)
+    for window in windows:
+        length = (window.end - window.start) % (24 * 60)
+        for day in window.days or range(7):
+            first = day * 24 * 60 + window.start
+            for begin, stop in (
+                (first, first + length),
+                (first - WEEK_MINUTES, first + length - WEEK_MINUTES),
+            ):
+                low, high = max(begin, 0), min(stop, WEEK_MINUTES)
+                if low < high:
+                    covered[low:high] = b"\x01" * (high - low)
+    return covered
+
+
+def windows_leave_time(allowed: list[Window], blackout: list[Window]) -> bool:
+    """Whether some minute of the week is inside an allowed window and outside every
+    blackout (wall-clock minutes; a DST change shifts no window by a whole week)."""
+    inside, dark = _week(allowed), _week(blackout)
+    return any(a and not b for a, b in zip(inside, dark, strict=True))
 
 
 def _key_problem(key: str, item: Any) -> str:
@@ -204,9 +272,52 @@ def _key_problem(key: str, item: Any) -> str:
         return "" if item in ("fixed", "exponential") else 'either "fixed" or "exponential".'
     if key == "breaker_needs_person":
         return "" if isinstance(item, bool) else "true or false."
-    if key == "blackout":
+    if key in ("blackout", "allowed"):
         return _windows_problem(item)
+    if key in MOMENT_KEYS:
+        return _moment_problem(item)
     return ""
+
+
+MOMENT_KEYS = ("active_from", "active_until", "run_once_at")
+_MOMENT_EXAMPLE = '"2026-12-01T09:00:00+01:00" or "2026-12-01T08:00:00Z"'
+
+
+def _moment_problem(item: Any) -> str:
+    if item is None:
+        return ""
+    if not isinstance(item, str) or len(item) > 40:
+        return f"an ISO 8601 date-time with an offset, e.g. {_MOMENT_EXAMPLE}; got {_kind(item)}."
+    try:
+        moment = datetime.fromisoformat(item)
+    except ValueError:
+        return f"{item!r} is not an ISO 8601 date-time; write it like {_MOMENT_EXAMPLE}."
+    if moment.tzinfo is None or moment.utcoffset() is None:
+        return f'{item!r} has no offset, so its instant is unknown; add one, e.g. "+01:00" or "Z".'
+    if not 2000 <= moment.astimezone(UTC).year <= 9000:
+        return f"{item!r} is not between the years 2000 and 9000."
+    return ""
+
+
+def past_one_off(value: Any, stored: Any, now: datetime) -> str:
+    """Why a one-off time being set is refused: it has passed. One already saved (it may
+    have run) is left alone, so it never makes an unrelated edit fail."""
+    text = value.get("run_once_at") if isinstance(value, dict) else None
+    if not text or parse_moment(text) > now:
+        return ""
+    old = stored.get("run_once_at") if isinstance(stored, dict) else None
+    if old == text or (
+        isinstance(old, str)
+        and not _moment_problem(old)
+        and parse_moment(old) == parse_moment(text)
+    ):
+        return ""
+    return f"run_once_at: {text} is in the past; give a future time, or use Run now."
+
+
+def parse_moment(text: str) -> datetime:
+    """A validated ISO date-time with an offset, as an aware UTC datetime."""
+    return datetime.fromisoformat(text).astimezone(UTC)
 
 
 def _windows_problem(item: Any) -> str:
@@ -260,11 +371,63 @@ def blackout_end(
                     minutes=window.start
                 )
                 naive_end = start_local.replace(tzinfo=None) + timedelta(minutes=length)
-                end = naive_end.replace(tzinfo=zone).astimezone(UTC)
-                if end <= at:  # a window's end inside a DST gap: the first valid instant
+                end = first_instant_at(naive_end, zone)
+                if end <= at:  # cannot happen with whole-minute zones; never move back
                     end = at + timedelta(minutes=1)
                 return end, window
     return None
+
+
+def first_instant_at(wall: datetime, zone: ZoneInfo) -> datetime:
+    """The first instant (UTC) at which the wall clock of ``zone`` reads ``wall`` or later:
+    the first of two in a fall-back fold, the gap's end for a time a spring-forward gap
+    skips (as cron runs such a time)."""
+    instant = wall.replace(tzinfo=zone).astimezone(UTC)
+    if instant.astimezone(zone).replace(tzinfo=None) == wall:
+        return instant
+    # In a gap: fold=1 reads the wall with the offset after the change, an instant before
+    # the gap; the change itself lies between, on a whole minute. Bisect for it.
+    before = wall.replace(tzinfo=zone, fold=1).astimezone(UTC)
+    low, high = 0, int((instant - before).total_seconds() // 60)
+    while high - low > 1:
+        middle = (low + high) // 2
+        if (before + timedelta(minutes=middle)).astimezone(zone).replace(tzinfo=None) >= wall:
+            high = middle
+        else:
+            low = middle
+    return before + timedelta(minutes=high)
+
+
+# How far ahead an opening of the allowed windows is looked for: each recurs weekly, so a
+# week and a day (a window whose one day falls in a DST gap) always holds one if any.
+OPENING_DAYS = 8
+
+
+def allowed_opening(
+    at: datetime, zone: ZoneInfo, windows: tuple[Window, ...]
+) -> tuple[datetime, Window | None] | None:
+    """``(at, None)`` when ``at`` is inside one of ``windows``; else the first instant after
+    it inside one, and that window; None when none opens within ``OPENING_DAYS``."""
+    if blackout_end(at, zone, windows) is not None:
+        return at, None
+    today = at.astimezone(zone).date()
+    best: tuple[datetime, Window] | None = None
+    for ahead in range(OPENING_DAYS + 1):
+        day = today + timedelta(days=ahead)
+        if best is not None and datetime.combine(day, time(), tzinfo=zone) > best[0]:
+            break
+        for window in windows:
+            if window.days and day.weekday() not in window.days:
+                continue
+            wall = datetime.combine(day, time()) + timedelta(minutes=window.start)
+            opening = first_instant_at(wall, zone)
+            # A start the gap swallows whole (02:00-02:30 on the spring-forward night)
+            # opens nothing that day.
+            if opening <= at or blackout_end(opening, zone, (window,)) is None:
+                continue
+            if best is None or opening < best[0]:
+                best = (opening, window)
+    return best
 
 
 def parse_policy(value: Any) -> RunPolicy:
@@ -281,8 +444,12 @@ def resolve_policy(job_policy: Any, endpoint_policy: Any) -> RunPolicy:
         raise PolicyError(" ".join(problems))
     if "expected_status" in merged:
         merged["expected_status"] = tuple(merged["expected_status"])
-    if "blackout" in merged:
-        merged["blackout"] = tuple(_window(window) for window in merged["blackout"])
+    for key in ("blackout", "allowed"):
+        if key in merged:
+            merged[key] = tuple(_window(window) for window in merged[key] or [])
+    for key in MOMENT_KEYS:
+        if merged.get(key) is not None:
+            merged[key] = parse_moment(merged[key])
     return replace(DEFAULT, **merged)
 
 

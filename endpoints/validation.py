@@ -37,7 +37,7 @@ import httpx
 from django.conf import settings
 from django.core.exceptions import ValidationError
 
-from endpoints.policies import PolicyError, policy_problems, resolve_policy
+from endpoints.policies import PolicyError, past_one_off, policy_problems, resolve_policy
 from endpoints.schedules import (
     MAX_PLANNABLE_MS,
     ScheduleError,
@@ -547,10 +547,18 @@ def quota_problem(tenant: Any, *, live_after: int) -> str:
 
 
 def check_run_policy(
-    policy: Any, add: Callable[[str, str], None], *, job_policy: Any = None
+    policy: Any,
+    add: Callable[[str, str], None],
+    *,
+    job_policy: Any = None,
+    stored: Any = None,
+    now: datetime | None = None,
 ) -> None:
-    """An endpoint's run policy (``endpoints.policies``), alone and over its job's."""
+    """A job's or an endpoint's run policy (``endpoints.policies``), alone and over its
+    job's; a one-off time set now (not the ``stored`` one) must be after ``now``."""
     problems = policy_problems(policy)
+    if not problems and now is not None:
+        problems += [problem] if (problem := past_one_off(policy, stored, now)) else []
     for problem in problems:
         add("run_policy", problem)
     if not problems and job_policy:

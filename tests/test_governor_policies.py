@@ -111,7 +111,7 @@ def test_a_blackout_window_moves_the_run_to_its_end_and_explain_says_so() -> Non
     # The next slot, 02:00 Berlin, is inside: moved to 04:00 Berlin (03:00 UTC).
     assert (plan.next_run_at, plan.source) == (datetime(2026, 11, 25, 3, 0, tzinfo=UTC), "window")
     text = explain_plan(now, nightly)
-    assert "set by a blackout window's end" in text
+    assert "set by a time window (blackout, allowed hours or active period)" in text
     assert "inside the blackout window 02:00-04:00 daily (Europe/Berlin)" in text
     # Over a DST change (Berlin springs forward at 02:00 on 2026-03-29): still its end.
     spring = datetime(2026, 3, 29, 0, 30, tzinfo=UTC)  # 01:30 CET; 02:00 is skipped

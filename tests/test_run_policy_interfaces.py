@@ -180,7 +180,9 @@ def test_explain_says_a_blackout_window_moved_the_run(job: Job, make_endpoint: A
     out = io.StringIO()
     call_command("explain", str(endpoint.pk), "--at", "2026-11-25T00:30:00Z", stdout=out)
     assert "inside the blackout window 02:00-04:00 daily (Europe/Berlin)" in out.getvalue()
-    assert "set by a blackout window's end (window)" in out.getvalue()
+    assert (
+        "set by a time window (blackout, allowed hours or active period) (window)" in out.getvalue()
+    )
 
 
 @pytest.mark.parametrize(

@@ -34,8 +34,9 @@ from api.schemas import (
     RunPreview,
 )
 from endpoints import operations
+from endpoints.choices import DEFAULT_HINT_TTL_MS
 from endpoints.governor import EndpointSchedule, explain_plan, preview_runs
-from endpoints.models import DEFAULT_HINT_TTL_MS, Endpoint, EndpointStatus, HintKind, Run
+from endpoints.models import Endpoint, EndpointStatus, HintKind, Run
 from endpoints.validation import duration_from_ms
 
 router = Router(tags=["endpoints"])

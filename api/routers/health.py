@@ -22,8 +22,9 @@ from api.schemas import (
     SchedulerHealth,
     WindowHealth,
 )
+from endpoints.choices import FAILED_STATUSES
 from endpoints.health import HealthReport, percentile, scoped_health
-from endpoints.models import FAILED_STATUSES, Endpoint, Run, RunStatus
+from endpoints.models import Endpoint, Run, RunStatus
 
 router = Router(tags=["health"])
 

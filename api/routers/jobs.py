@@ -74,8 +74,13 @@ def get_job(principal: Principal, job_id: int) -> Job:
 @operation(router, "patch", "/jobs/{job_id}", name="update_job", response=JobOut, write=True)
 def update_job(principal: Principal, job_id: int, payload: JobPatch) -> Job:
     """Change a job's name, description or concurrency limit (only the fields given)."""
-    job = validated_job(principal, scoped_job(principal, job_id), payload.dict(exclude_unset=True))
+    values = payload.dict(exclude_unset=True)
+    job = scoped_job(principal, job_id)
+    before = job.run_policy
+    job = validated_job(principal, job, values)
     job.save(update_fields=["name", "description", "max_concurrent", "run_policy", "updated_at"])
+    if job.run_policy != before:
+        operations.replan_job(job, now=timezone.now())
     return job
 
 

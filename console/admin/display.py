@@ -17,7 +17,7 @@ from django.utils import timezone
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 
-from endpoints.governor import SOURCE_WORDS, EndpointSchedule, preview_runs
+from endpoints.governor import ENDED, SOURCE_WORDS, EndpointSchedule, preview_runs
 from endpoints.models import Endpoint
 from endpoints.schedules import describe_delta, format_interval
 
@@ -51,6 +51,8 @@ def next_run_words(endpoint: Endpoint, now: datetime) -> str:
     """'in 4 minutes (the baseline interval)', or why there is no next run."""
     if endpoint.archived_at:
         return "never (archived)"
+    if endpoint.next_run_at is None and endpoint.next_run_source == ENDED:
+        return f"never: {SOURCE_WORDS[ENDED]}"
     if endpoint.next_run_at is None:
         return "not planned yet"
     source = SOURCE_WORDS.get(endpoint.next_run_source, endpoint.next_run_source or "unknown")

@@ -196,6 +196,11 @@ class JobAdmin(TenantScopedAdmin):
         # A job's status changes through pause/resume, which reschedule its endpoints.
         return ("status", "endpoints_link") if obj else ("endpoints_link",)
 
+    def save_model(self, request: HttpRequest, obj: Any, form: Any, change: bool) -> None:
+        super().save_model(request, obj, form, change)
+        if change and "run_policy" in form.changed_data:  # its endpoints' windows may move
+            operations.replan_job(obj, now=timezone.now())
+
     def formfield_for_foreignkey(self, db_field: Any, request: HttpRequest, **kwargs: Any) -> Any:
         if db_field.name == "tenant":
             kwargs["queryset"] = scope(Tenant.objects.all(), request, "pk")

@@ -34,9 +34,9 @@ from endpoints.config_io.schema import (
     read_config,
     same_value,
 )
-from endpoints.governor import SCHEDULE_FIELDS
+from endpoints.governor import REPLAN_FIELDS
 from endpoints.models import Endpoint, Job, Tenant
-from endpoints.operations import archive_endpoint, replan_after_edit
+from endpoints.operations import archive_endpoint, replan_after_edit, replan_job
 from endpoints.secrets import (
     MASK,
     is_secret_header,
@@ -204,7 +204,9 @@ def _plan_job(planner: _Planner, tenant: Tenant, spec: JobSpec) -> int:
     for model_field, value in desired.items():
         setattr(job, model_field, value)
     _validate(planner, job, spec, JOB_KEYS, exclude=["tenant"])
-    _record(planner, "job", f"{tenant.name}/{spec.name}", job, old, JOB_KEYS)
+    write = _record(planner, "job", f"{tenant.name}/{spec.name}", job, old, JOB_KEYS)
+    # Its endpoints' windows may have moved (an active period extended, say).
+    write.reschedule = write.change.action == "updated" and "run_policy" in write.update_fields
     if spec.alerts is not None:
         _plan_alerts(planner, spec.alerts, f"{tenant.name}/{spec.name}", job=job)
     current = {e.name: e for e in job.endpoints.all()} if job.pk else {}
@@ -232,7 +234,7 @@ def _plan_endpoint(
     endpoint.archived_at = None  # a declared endpoint is live, even if it was archived
     _validate(planner, endpoint, spec, ENDPOINT_KEYS, exclude=["job"])
     write = _record(planner, "endpoint", f"{job.name}/{spec.name}", endpoint, old, ENDPOINT_KEYS)
-    moved = set(write.update_fields) & {*SCHEDULE_FIELDS, "archived_at"}
+    moved = set(write.update_fields) & {*REPLAN_FIELDS, "archived_at"}
     write.reschedule = write.change.action == "created" or bool(moved)
     if spec.alerts is not None:
         _plan_alerts(planner, spec.alerts, f"{job.name}/{spec.name}", endpoint=endpoint)
@@ -367,7 +369,9 @@ def apply_plan(plan: ImportPlan, *, now: datetime) -> None:
                 instance.save(update_fields=[*write.update_fields, *stamp])
             if write.members is not None:
                 instance.members.set(write.members)  # type: ignore[attr-defined]
-            if write.reschedule:
+            if write.reschedule and isinstance(instance, Job):
+                replan_job(instance, now=now)
+            elif write.reschedule:
                 replan_after_edit(instance, now=now)  # type: ignore[arg-type]
         for endpoint in plan.prune:
             archive_endpoint(endpoint, now=now)

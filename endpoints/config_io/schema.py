@@ -7,7 +7,7 @@ import json
 import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from datetime import time
+from datetime import datetime, time
 from typing import Any
 
 from django.conf import settings
@@ -101,6 +101,8 @@ def _run_policy(value: Any) -> dict[str, Any]:
         return {}
     if not isinstance(value, dict):
         raise _Invalid(f"expected a mapping of policy keys, got {_type_name(value)}")
+    # YAML reads an unquoted 2026-12-01T09:00:00+01:00 as a date-time: kept as its text.
+    value = {k: v.isoformat() if isinstance(v, datetime) else v for k, v in value.items()}
     if problems := policy_problems(value):
         raise _Invalid(" ".join(problems))
     return value

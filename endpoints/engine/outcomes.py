@@ -144,7 +144,11 @@ def log_rescheduled(outcome: Outcome, values: Mapping[str, Any]) -> None:
     word = "success (recovered)" if recovered else word
     code = f" HTTP {result.status_code}" if result.status_code else ""
     when, why = values["next_run_at"], values["next_run_source"]
-    then = f"next run {when:%Y-%m-%d %H:%M:%S}Z ({why})" if when else "no next run (archived)"
+    then = (
+        f"next run {when:%Y-%m-%d %H:%M:%S}Z ({why})"
+        if when
+        else f"no next run ({why or 'archived'})"
+    )
     error = f": {result.error}" if failed and result.error else ""
     ref = endpoint_ref(outcome.claim.endpoint_id)
     fields = {
@@ -235,7 +239,7 @@ def next_state(outcome: Outcome, endpoint: ClaimedEndpoint) -> dict[str, Any]:
     # a run slower than its interval plans from its end instead, or the endpoint would be
     # due again the moment it finished (trap 3).
     plan = keep_phase(plan_next_run(started, schedule), outcome.claim, started, schedule)
-    if plan.next_run_at <= finished:
+    if plan.next_run_at is not None and plan.next_run_at <= finished:
         plan = plan_next_run(finished, schedule)
     archived = endpoint.archived_at is not None  # archived in flight: no next run
     return {
@@ -267,7 +271,11 @@ def keep_phase(plan: Plan, claim: Claim, started: datetime, schedule: EndpointSc
     time (trap 2's case) or later than the bounds plans from its start, unchanged.
     """
     late = started - claim.scheduled_for
-    if claim.trigger != RunTrigger.SCHEDULED or plan.source != BASELINE_INTERVAL:
+    if (
+        claim.trigger != RunTrigger.SCHEDULED
+        or plan.source != BASELINE_INTERVAL
+        or plan.next_run_at is None
+    ):
         return plan
     interval = plan.next_run_at - started
     if not timedelta(0) < late <= min(PHASE_KEEP_MAX, interval * PHASE_KEEP_FRACTION):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+from datetime import datetime
 from typing import Any
 from zoneinfo import ZoneInfo
 
@@ -12,7 +14,7 @@ from endpoints.governor import (
     SOURCE_WORDS,
     Decision,
     EndpointSchedule,
-    Plan,
+    Upcoming,
     decide,
     preview_runs,
 )
@@ -68,6 +70,8 @@ class Command(BaseCommand):
             document = as_json(endpoint, decision)
             if count:
                 document["next"] = planned
+                if len(planned) < count:
+                    document["runs_end"] = runs_end(now, schedule, count)
             self.stdout.write(to_json(document))
         else:
             self.stdout.write(as_text(endpoint, decision))
@@ -75,12 +79,22 @@ class Command(BaseCommand):
                 self.stdout.write(f"Next {count} runs ({endpoint.timezone} | UTC):")
                 for item in planned:
                     self.stdout.write(f"  {item['local']}  |  {item['utc']}  ({item['source']})")
+                if len(planned) < count:
+                    self.stdout.write(f"  then no more runs: {runs_end(now, schedule, count)}")
 
 
 MAX_PREVIEW = 100
 
 
-def preview(endpoint: Endpoint, plans: list[Plan]) -> list[dict[str, str]]:
+def runs_end(now: datetime, schedule: EndpointSchedule, count: int) -> str:
+    """Why a preview of ``count`` runs stopped early: the last step of the plan after its
+    last run."""
+    planned = preview_runs(now, schedule, count)
+    after = planned[-1].next_run_at if planned else now
+    return decide(after, replace(schedule, failure_count=0, retry_at=None)).steps[-1]
+
+
+def preview(endpoint: Endpoint, plans: list[Upcoming]) -> list[dict[str, str]]:
     """Each planned run in the endpoint's zone (with its UTC offset, so DST shows) and UTC."""
     zone = ZoneInfo(endpoint.timezone or "UTC")
     return [
@@ -102,7 +116,7 @@ def as_json(endpoint: Endpoint, decision: Decision) -> dict[str, Any]:
         "next_run_at": iso(plan.next_run_at),
         "source": plan.source,
         "source_words": SOURCE_WORDS[plan.source],
-        "chosen": decision.chosen.source,
+        "chosen": decision.chosen.source if decision.chosen else None,
         "candidates": [
             {
                 "source": candidate.source,
@@ -138,11 +152,14 @@ def as_text(endpoint: Endpoint, decision: Decision) -> str:
         )
     lines.append("  steps:")
     lines += [f"    - {step}" for step in decision.steps]
-    lines.append(
-        f"Next run {describe_delta(plan.next_run_at - now)} at "
-        f"{plan.next_run_at:%Y-%m-%d %H:%M:%S} UTC, set by {SOURCE_WORDS[plan.source]} "
-        f"({plan.source})."
-    )
+    if plan.next_run_at is None:
+        lines.append(f"No next run ({plan.source}): {decision.steps[-1]}.")
+    else:
+        lines.append(
+            f"Next run {describe_delta(plan.next_run_at - now)} at "
+            f"{plan.next_run_at:%Y-%m-%d %H:%M:%S} UTC, set by {SOURCE_WORDS[plan.source]} "
+            f"({plan.source})."
+        )
     lines += _caveats(endpoint, decision)
     return "\n".join(lines)
 

@@ -8,6 +8,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.utils import timezone
 
+from endpoints.choices import DEFAULT_HINT_TTL_MS
 from endpoints.management.commands._shared import (
     add_endpoint_argument,
     describe_endpoint_state,
@@ -15,7 +16,6 @@ from endpoints.management.commands._shared import (
     parse_duration,
     parse_when,
 )
-from endpoints.models import DEFAULT_HINT_TTL_MS
 from endpoints.operations import OperationRefused, apply_hint
 
 ONE_MS = timedelta(milliseconds=1)

@@ -1,0 +1,72 @@
+"""The fixed vocabularies of the models: job and run statuses, HTTP methods, the
+governor's sources, run triggers and hint kinds (each stored as text, checked by a
+named constraint in ``endpoints.models``)."""
+
+from __future__ import annotations
+
+from django.db import models
+
+from endpoints import governor
+
+
+class JobStatus(models.TextChoices):
+    ACTIVE = "active"
+    PAUSED = "paused"
+    ARCHIVED = "archived"
+
+
+class HttpMethod(models.TextChoices):
+    GET = "GET"
+    POST = "POST"
+    PUT = "PUT"
+    PATCH = "PATCH"
+    DELETE = "DELETE"
+
+
+class Source(models.TextChoices):
+    """The governor's sources (``endpoints.governor``), plus a manual run request."""
+
+    BASELINE_CRON = governor.BASELINE_CRON
+    BASELINE_INTERVAL = governor.BASELINE_INTERVAL
+    AI_INTERVAL = governor.AI_INTERVAL
+    AI_ONESHOT = governor.AI_ONESHOT
+    CLAMPED_MIN = governor.CLAMPED_MIN
+    CLAMPED_MAX = governor.CLAMPED_MAX
+    PAUSED = governor.PAUSED
+    RETRY = governor.RETRY
+    WINDOW = governor.WINDOW
+    ONCE = governor.ONCE
+    ENDED = governor.ENDED
+    MANUAL = governor.MANUAL
+
+
+class RunTrigger(models.TextChoices):
+    SCHEDULED = "scheduled"
+    MANUAL = "manual"
+    TEST = "test"
+    RETRY = "retry"
+
+
+class RunStatus(models.TextChoices):
+    RUNNING = "running"
+    SUCCESS = "success"
+    FAILURE = "failure"
+    TIMEOUT = "timeout"
+    LOST = "lost"
+    # Found later than its job's catch-up window: not called, the next slot planned.
+    SKIPPED = "skipped"
+
+
+FAILED_STATUSES = (RunStatus.FAILURE, RunStatus.TIMEOUT, RunStatus.LOST)
+
+
+class HintKind(models.TextChoices):
+    INTERVAL = "interval"
+    ONESHOT = "oneshot"
+    PAUSE = "pause"
+    RESUME = "resume"
+    CLEAR = "clear"
+
+
+# How long an operator's hint lasts when no TTL is given (the hint command, API, MCP).
+DEFAULT_HINT_TTL_MS = {HintKind.INTERVAL: 60 * 60 * 1_000, HintKind.ONESHOT: 30 * 60 * 1_000}
