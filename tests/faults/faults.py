@@ -105,6 +105,14 @@ SHORT_VISIBILITY = {
 QUIET_SLOW_ENDPOINTS = Shape(endpoints=2, interval="3s", hold_ms=2000, env=SHORT_VISIBILITY)
 
 
+# Retries on (issue 21): each endpoint answers 503 twice, then 200, and its job tries a
+# slot three times, a second apart; so every slot takes three attempts and a fault meets
+# retries in flight. The interval leaves room for them (a retry due after the next slot
+# is not made).
+RETRY_POLICY = {"retry_attempts": 3, "retry_delay_ms": 1_000, "retry_backoff": "fixed"}
+RETRYING = Shape(endpoints=8, interval="5s", run_policy=RETRY_POLICY, failures_per_success=2)
+
+
 @dataclass(frozen=True)
 class Scenario:
     fault: Fault
@@ -128,6 +136,15 @@ SCENARIOS: dict[str, Scenario] = {
         Shape(execute_workers=2, env={"CRONICORN_LEASE_SECONDS": str(STALL_LEASE_SECONDS)}),
     ),
     "tick-sigkill": Scenario(kill_tick_worker),
+    "execute-sigkill-retries": Scenario(kill_execute_worker, RETRYING),
+    "execute-sigstop-retries": Scenario(
+        stop_execute_worker,
+        replace(
+            RETRYING,
+            execute_workers=2,
+            env={"CRONICORN_LEASE_SECONDS": str(STALL_LEASE_SECONDS)},
+        ),
+    ),
     "two-beats": Scenario(run_for_a_window, Shape(beats=2, tick_workers=2)),
     "duplicate-publish": Scenario(publish_execute_messages_twice),
     "visibility-timeout": Scenario(run_for_a_window, QUIET_SLOW_ENDPOINTS),
