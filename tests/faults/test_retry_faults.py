@@ -1,5 +1,5 @@
 """Process faults with retries on: the endpoints fail transiently and their run policy
-retries each slot (three attempts, a second apart) while an execute worker is killed or
+retries each slot (five attempts, a second apart) while an execute worker is killed or
 stalled mid-run. A retry after a lost lease is one more attempt of its slot: never beside
 another attempt (counted at the target), never twice (the Run rows: one run per
 (endpoint, slot, attempt), one attempt number per slot, every retry linked back)."""
