@@ -80,7 +80,7 @@ def celery_fleet(
 
 
 @pytest.fixture
-def fleet(celery_fleet: Fleet, loopback_allowed: None) -> Fleet:
+def fleet(celery_fleet: Fleet) -> Fleet:
     """The module's fleet, ticking into this test's (freshly emptied) database."""
     ticked = wait_until(lambda: Heartbeat.objects.filter(name="tick").exists(), timeout=60)
     assert ticked, celery_fleet.tail()
