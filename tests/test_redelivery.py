@@ -123,6 +123,44 @@ def test_a_retry_needs_a_new_claim_and_says_why_the_first_run_was_lost(make_endp
     assert execute_claim(first) is None and execute_claim(second) is None
 
 
+def test_a_retry_after_a_lost_lease_is_one_attempt_of_the_slot_and_the_policy_goes_on_after_it(
+    job, make_endpoint, target
+):
+    """Retries within a slot (run policy) count the retry of a lost run as an attempt: the
+    next attempt gets the next number, so no number is used twice in a slot and the
+    policy's attempts stay its limit."""
+    job.run_policy = {"retry_attempts": 3, "retry_delay_ms": 1_000, "retry_backoff": "fixed"}
+    job.save(update_fields=["run_policy"])
+    target.reply("/flaky", status=503)
+    endpoint = make_endpoint(url=target.url("/flaky"))
+    [first] = due_claims(endpoint)
+    [started] = start_claims([first])  # then its worker dies
+    assert started is not None
+    lease_end = Slot.objects.get(pk=endpoint.pk).locked_until
+    [second] = claim_due_endpoints(now=lease_end, limit=10, horizon_ms=0)
+    retry = execute_claim(second)  # attempt 2, after the lost attempt 1: a 503
+    assert retry is not None and (retry.attempt, retry.trigger) == (2, RunTrigger.RETRY)
+    slot = Slot.objects.get(pk=endpoint.pk)
+    assert slot.next_run_source == Source.RETRY
+
+    [third] = claim_due_endpoints(now=slot.next_run_at, limit=10, horizon_ms=0)
+    last = execute_claim(third)
+
+    assert last is not None
+    assert (last.attempt, last.retry_of_id) == (3, started.run.pk)
+    runs = Run.objects.filter(endpoint=endpoint).order_by("attempt")
+    assert [(r.attempt, r.status) for r in runs] == [
+        (1, RunStatus.LOST),
+        (2, RunStatus.FAILURE),
+        (3, RunStatus.FAILURE),
+    ]
+    endpoint.refresh_from_db()
+    # Three attempts: the slot is over, failed once; no fourth attempt is planned.
+    assert (endpoint.retry_attempt, endpoint.failure_count) == (0, 1)
+    assert endpoint.next_run_source != Source.RETRY
+    assert len(target.hits("/flaky")) == 2  # the lost attempt never got to call out
+
+
 def test_renewing_extends_only_leases_still_held(make_endpoint, settings):
     held, expired, other = (make_endpoint() for _ in range(3))
     claims = {c.endpoint_id: c for c in due_claims(held, expired, other)}

@@ -192,9 +192,10 @@ def next_state(outcome: Outcome, endpoint: ClaimedEndpoint) -> dict[str, Any]:
     last attempt) and the governor weighs the retry against the next slot. A skipped
     slot (catch-up window) changes no count."""
     started, finished, result = outcome.started, outcome.finished, outcome.result
-    attempt = endpoint.retry_attempt if endpoint.retry_attempt > 1 else 1
-    if outcome.claim.trigger != RunTrigger.SCHEDULED:
-        attempt = 1
+    # The attempt the run was, not the one the endpoint planned: a run retried after its
+    # lease was lost is an attempt of its slot too (numbered after the lost one), so the
+    # policy's next attempt follows it and no number is used twice in a slot.
+    attempt = outcome.run.attempt if outcome.claim.trigger == RunTrigger.SCHEDULED else 1
     retry: dict[str, Any] = {"retry_attempt": 0, "retry_of_run": None}
     if result.status == "success":
         failure_count = 0
@@ -225,7 +226,12 @@ def next_state(outcome: Outcome, endpoint: ClaimedEndpoint) -> dict[str, Any]:
             ),
         )
         if planned.source == RETRY:
-            first = endpoint.retry_of_run if attempt > 1 else outcome.run.pk
+            # The slot's first run; a retry of a lost first attempt links to that run.
+            first = (
+                (endpoint.retry_of_run or outcome.run.retry_of_id)
+                if attempt > 1
+                else outcome.run.pk
+            )
             return {
                 "last_run_at": started,
                 "next_run_at": None if endpoint.archived_at is not None else planned.next_run_at,

@@ -6,6 +6,9 @@ tests and ``bench/faults.py`` judge an outcome the same way:
 - every execution the target saw is recorded as a run;
 - no endpoint is executed twice at once (overlapping requests at the target);
 - no slot runs twice, except a retry after a ``lost`` run, and that retry holds a new claim;
+- every attempt of a slot (its first run and every retry linked to it, by the run policy
+  or after a lost run) has its own attempt number, each link going back to an earlier
+  attempt of the same endpoint;
 - every endpoint still has a future run (a next run or a live claim) at the end;
 - every endpoint is called again soon after the fault ends (the recovery time).
 """
@@ -45,6 +48,7 @@ class RunRecord:
     claim_token: str | None
     retry_of: int | None
     error: str
+    attempt: int = 1
 
 
 @dataclass
@@ -112,6 +116,63 @@ def retries_under_the_lost_claim(runs: Sequence[RunRecord]) -> list[tuple[RunRec
     return pairs
 
 
+def attempts_used_twice(runs: Sequence[RunRecord]) -> list[list[RunRecord]]:
+    """Slots (a first run and the retries linked to it, followed back through
+    ``retry_of``) in which one attempt number was used by more than one run."""
+    by_id = {run.id: run for run in runs}
+    slots: dict[int, list[RunRecord]] = defaultdict(list)
+    for run in runs:
+        slots[_first_attempt(run, by_id).id].append(run)
+    doubled = []
+    for mine in slots.values():
+        numbers = [run.attempt for run in mine]
+        if len(numbers) != len(set(numbers)):
+            doubled.append(sorted(mine, key=lambda run: (run.attempt, run.started_at)))
+    return doubled
+
+
+def runs_of_one_attempt(runs: Iterable[RunRecord]) -> list[list[RunRecord]]:
+    """Runs sharing (endpoint, scheduled_for, attempt): one attempt recorded twice."""
+    attempts: dict[tuple[str, float, int], list[RunRecord]] = defaultdict(list)
+    for run in runs:
+        attempts[(run.endpoint, run.scheduled_for, run.attempt)].append(run)
+    return [mine for mine in attempts.values() if len(mine) > 1]
+
+
+def broken_retry_links(runs: Sequence[RunRecord]) -> list[tuple[RunRecord, str]]:
+    """Runs whose place among their slot's attempts does not hold, with why: a first
+    attempt linked to another run, a later attempt linked to none, or a link to a run
+    missing, of another endpoint, with no smaller attempt number or started later; a retry
+    after a lost run (trigger ``retry``) must follow a lost run of the same slot."""
+    by_id = {run.id: run for run in runs}
+    broken = []
+    for run in runs:
+        if run.retry_of is None:
+            if run.attempt != 1:
+                broken.append((run, f"attempt {run.attempt} is linked to no earlier attempt"))
+            continue
+        earlier = by_id.get(run.retry_of)
+        if earlier is None:
+            broken.append((run, f"its earlier attempt {run.retry_of} is not recorded"))
+        elif earlier.endpoint != run.endpoint:
+            broken.append((run, f"its earlier attempt {earlier.id} is another endpoint's"))
+        elif not earlier.attempt < run.attempt or earlier.started_at > run.started_at:
+            broken.append((run, f"it does not come after its earlier attempt {earlier}"))
+        elif run.trigger == "retry" and (
+            earlier.status != LOST or earlier.scheduled_for != run.scheduled_for
+        ):
+            broken.append((run, f"a retry after a lost run, but {earlier} was not that run"))
+    return broken
+
+
+def _first_attempt(run: RunRecord, by_id: dict[int, RunRecord]) -> RunRecord:
+    seen = {run.id}
+    while run.retry_of is not None and run.retry_of in by_id and run.retry_of not in seen:
+        run = by_id[run.retry_of]
+        seen.add(run.id)
+    return run
+
+
 def unrecorded_executions(
     executions: Iterable[Execution], runs: Iterable[RunRecord]
 ) -> dict[str, tuple[int, int]]:
@@ -168,6 +229,12 @@ def broken_promises(outcome: Outcome, *, recovery_window: float) -> dict[str, An
         broken["slots run twice without a lost run"] = _shown(doubled)
     if reused := retries_under_the_lost_claim(outcome.runs):
         broken["retries under the lost run's own claim"] = _shown(reused)
+    if twice := attempts_used_twice(outcome.runs):
+        broken["attempt numbers used twice in one slot"] = _shown(twice)
+    if again := runs_of_one_attempt(outcome.runs):
+        broken["one (endpoint, slot, attempt) recorded twice"] = _shown(again)
+    if links := broken_retry_links(outcome.runs):
+        broken["retries that do not follow their slot's earlier attempt"] = _shown(links)
     # A run's row is written before its request, but the fleet keeps working while the
     # runs are read: calls that arrived in the last second may have rows not read yet.
     settled = [e for e in outcome.executions if e.arrived < outcome.taken_at - RECORD_GRACE]
@@ -203,6 +270,12 @@ def figures(outcome: Outcome) -> dict[str, Any]:
         "concurrent_executions": len(concurrent_executions(outcome.executions)),
         "slots_run_twice": len(slots_run_twice(outcome.runs)),
         "retries_under_the_lost_claim": len(retries_under_the_lost_claim(outcome.runs)),
+        # Retries within a slot planned by a run policy, and retries of lost runs.
+        "policy_retries": sum(
+            1 for run in outcome.runs if run.trigger == "scheduled" and run.attempt > 1
+        ),
+        "lost_run_retries": sum(1 for run in outcome.runs if run.trigger == "retry"),
+        "attempts_used_twice": len(attempts_used_twice(outcome.runs)),
         "endpoints_without_a_future_run": len(outcome.endpoints_without_a_future_run),
         "recovery_seconds": None if recovery is None else round(recovery, 2),
         "never_called_again": len(

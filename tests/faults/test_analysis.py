@@ -9,11 +9,14 @@ from tests.faults.analysis import (
     Execution,
     Outcome,
     RunRecord,
+    attempts_used_twice,
     broken_promises,
+    broken_retry_links,
     busiest_window,
     concurrent_executions,
     recovery_seconds,
     retries_under_the_lost_claim,
+    runs_of_one_attempt,
     slots_run_twice,
     unrecorded_executions,
 )
@@ -66,6 +69,49 @@ def test_a_retry_that_reuses_the_lost_runs_claim_is_caught():
     reused = run(2, 100.0, trigger="retry", retry_of=1, claim_token="same")
     fresh = run(3, 100.0, trigger="retry", retry_of=1, claim_token="new")
     assert retries_under_the_lost_claim([lost, reused, fresh]) == [(lost, reused)]
+
+
+def slot_with_retries() -> list[RunRecord]:
+    """A slot's first attempt lost, its retry (attempt 2) failed, the policy's attempt 3."""
+    return [
+        run(1, 100.0, "lost"),
+        run(
+            2,
+            100.0,
+            "failure",
+            trigger="retry",
+            retry_of=1,
+            attempt=2,
+            started_at=110.0,
+            finished_at=110.5,
+        ),
+        run(3, 111.5, retry_of=1, attempt=3),
+    ]
+
+
+def test_attempts_of_a_slot_each_have_their_own_number():
+    kept = slot_with_retries()
+    assert attempts_used_twice(kept) == [] and broken_retry_links(kept) == []
+    assert runs_of_one_attempt(kept) == []
+    # The policy's next attempt numbered as if the lost run's retry were not one.
+    again = [*kept[:2], run(3, 111.5, retry_of=2, attempt=2)]
+    assert attempts_used_twice(again) == [again]  # the slot's runs, by attempt
+    assert [why for _run, why in broken_retry_links(again)] == [
+        f"it does not come after its earlier attempt {again[1]}"
+    ]
+
+
+def test_retry_links_that_do_not_go_back_to_the_slot_are_broken():
+    first, retry, _policy = slot_with_retries()
+    unlinked = run(4, 120.0, attempt=2)
+    elsewhere = run(5, 130.0, "failure", retry_of=1, attempt=2, endpoint="b")
+    not_lost = run(6, 100.0, trigger="retry", retry_of=2, attempt=3, started_at=112.0)
+    assert [why for _run, why in broken_retry_links([first, retry, unlinked, elsewhere])] == [
+        "attempt 2 is linked to no earlier attempt",
+        "its earlier attempt 1 is another endpoint's",
+    ]
+    assert broken_retry_links([first, retry, not_lost])[0][0] == not_lost
+    assert runs_of_one_attempt([first, run(7, 100.0, "lost")]) == [[first, run(7, 100.0, "lost")]]
 
 
 def test_calls_at_the_target_beyond_the_recorded_runs_are_unrecorded():

@@ -14,6 +14,7 @@ arrival.
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import secrets
@@ -54,6 +55,10 @@ class Shape:
     execute_workers: int = 1
     execute_threads: int = 64  # CRONICORN_EXECUTE_CONCURRENCY in docker-compose.yml
     env: Mapping[str, str] = field(default_factory=dict)  # extra settings for every process
+    run_policy: Mapping[str, object] = field(default_factory=dict)  # the job's run policy
+    # The target answers each endpoint 503 this many times, then 200, over and over: a
+    # transient failure for the run policy's retries (0: always 200).
+    failures_per_success: int = 0
 
 
 class Services:
@@ -67,7 +72,7 @@ class Services:
         # Every case's target listens here, so the endpoints imported once per shape into
         # a template keep their URLs (an import costs a Django start per case otherwise).
         self.target_port = free_port()
-        self._templates: dict[tuple[int, str], str] = {}
+        self._templates: dict[tuple[int, str, str], str] = {}
         self._cases = 0
 
     def __enter__(self) -> Services:
@@ -102,7 +107,7 @@ class Services:
     def _template_for(self, shape: Shape) -> str:
         """The migrated template plus the shape's endpoints, imported the way an operator
         does (``manage.py import_endpoints``), once per session."""
-        key = (shape.endpoints, shape.interval)
+        key = (shape.endpoints, shape.interval, json.dumps(shape.run_policy, sort_keys=True))
         if key not in self._templates:
             name = f"{TEMPLATE}_{len(self._templates) + 1}"
             with self.postgres.connect() as conn:
@@ -126,10 +131,10 @@ class Services:
             for name in endpoint_names(shape)
         ]
         tenant = {"name": "faults", "max_endpoints": len(endpoints), "min_interval": "1s"}
-        return {
-            "version": 1,
-            "tenants": [{**tenant, "jobs": [{"name": "fleet", "endpoints": endpoints}]}],
-        }
+        job = {"name": "fleet", "endpoints": endpoints}
+        if shape.run_policy:
+            job["run_policy"] = dict(shape.run_policy)
+        return {"version": 1, "tenants": [{**tenant, "jobs": [job]}]}
 
     def _ensure_running(self) -> None:
         """A case that failed during an outage must not take the next case down with it."""
@@ -242,7 +247,8 @@ class FaultCase:
 
     def __enter__(self) -> FaultCase:
         for name in self.endpoints:
-            self.target.reply(f"/{name}", delay=self.shape.hold_ms / 1000)
+            statuses = [503] * self.shape.failures_per_success + [200]
+            answer_in_turn(self.target, f"/{name}", statuses, delay=self.shape.hold_ms / 1000)
         # Nothing is due while the fleet boots: endpoints claimed late all at once would keep
         # one phase (start to start), and the bursts after a fault would be the harness's.
         self._execute(PARK_SQL)
@@ -346,6 +352,17 @@ class FaultCase:
         return [name for name, n in calls.items() if n < count]
 
 
+def answer_in_turn(target: TargetServer, path: str, statuses: list[int], delay: float) -> None:
+    """Answer ``path`` with each status in turn, over and over; each call moves the turn
+    on as it arrives, so the call after it gets the next status."""
+    turn = itertools.cycle(statuses)
+
+    def next_reply() -> None:
+        target.reply(path, status=next(turn), delay=delay, action=next_reply)
+
+    next_reply()
+
+
 def endpoint_names(shape: Shape) -> list[str]:
     return [f"e{k:04d}" for k in range(shape.endpoints)]
 
@@ -361,7 +378,7 @@ WHERE s.endpoint_id = o.id
 """
 RUNS_SQL = """
 SELECT r.id, e.name, r.scheduled_for, r.started_at, r.finished_at, r.trigger, r.status,
-       r.claim_token::text, r.retry_of_id, r.error
+       r.claim_token::text, r.retry_of_id, r.error, r.attempt
 FROM endpoints_run r JOIN endpoints_endpoint e ON e.id = r.endpoint_id
 """
 # A live endpoint with neither a next run nor a claim will never run again.
@@ -373,7 +390,7 @@ ORDER BY e.name
 
 
 def _run_record(row: tuple[object, ...]) -> RunRecord:
-    id_, name, scheduled, started, finished, trigger, status, token, retry_of, error = row
+    id_, name, scheduled, started, finished, trigger, status, token, retry_of, error, attempt = row
     return RunRecord(
         id=int(str(id_)),
         endpoint=str(name),
@@ -385,6 +402,7 @@ def _run_record(row: tuple[object, ...]) -> RunRecord:
         claim_token=None if token is None else str(token),
         retry_of=None if retry_of is None else int(str(retry_of)),
         error=str(error),
+        attempt=int(str(attempt)),
     )
 
 
