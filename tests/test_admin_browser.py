@@ -186,7 +186,9 @@ def test_the_add_form_previews_the_next_runs_as_a_cron_is_typed(live_server: Any
         page.fill(".select2-search__field", "nightly")
         page.click(".select2-results__option:has-text('nightly')")
         expect(runs.first).to_contain_text("09:30:00 JST (UTC+09:00)")
-        expect(runs.first).to_contain_text("a blackout window's end")
+        expect(runs.first).to_contain_text(
+            "a time window (blackout, allowed hours or active period)"
+        )
         shot(page, "10-preview-job-policy")
 
     assert not Endpoint.objects.exists()

@@ -164,7 +164,10 @@ def test_a_blackout_window_typed_in_the_policy_moves_the_runs_inside_it(
         "2026-10-30 20:00",
     ]
     moved = answer["runs"][2]
-    assert (moved["source"], moved["why"]) == ("window", "a blackout window's end")
+    assert (moved["source"], moved["why"]) == (
+        "window",
+        "a time window (blackout, allowed hours or active period)",
+    )
     assert moved["utc"] == "2026-10-30 17:30:00"
 
 

@@ -211,7 +211,9 @@ def test_a_blackout_window_moves_the_runs_and_explain_says_so(fleet, job, make_e
     call_command("explain", str(endpoint.pk), stdout=out)
     window = f"{opens:%H:%M}-{closes:%H:%M} daily (UTC)"
     assert f"inside the blackout window {window}" in out.getvalue(), out.getvalue()
-    assert "set by a blackout window's end (window)" in out.getvalue()
+    assert (
+        "set by a time window (blackout, allowed hours or active period) (window)" in out.getvalue()
+    )
 
 
 def test_a_thousand_endpoints_on_one_cron_instant_spread_over_the_jitter_once_each(
