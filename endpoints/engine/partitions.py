@@ -1,0 +1,150 @@
+"""Run history partitioned by day on PostgreSQL (issue 23), so retention drops a whole
+day's table instead of deleting its rows one by one (no row-by-row CPU, no vacuum, no
+bloat).
+
+``endpoints_run`` is partitioned by ``RANGE (scheduled_for)`` (migration 0015): the column
+every exactly-once unique constraint already holds, so the constraints stay as they were.
+One partition per UTC day, named ``endpoints_run_pYYYYMMDD``, created ahead by the hourly
+maintenance (``maintenance.prune_runs``); a DEFAULT partition takes any row whose day has
+no partition yet, so an insert never fails when maintenance fell behind. SQLite keeps the
+plain table: every function here is only called when :func:`partitioned` says so.
+
+Each change of the partition set is one short transaction that waits at most
+``LOCK_TIMEOUT`` for its lock: attaching and detaching lock the parent (detaching
+exclusively), and a lock request queued behind a long query would stall every insert
+queued behind it. Failing that, the next hour tries again.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from datetime import UTC, date, datetime, time, timedelta
+
+from django.db import OperationalError, connection, transaction
+from django.db.backends.utils import CursorWrapper
+
+from endpoints.engine.logs import log_event
+
+TABLE = "endpoints_run"
+DEFAULT = "endpoints_run_default"
+DAYS_AHEAD = 7
+LOCK_TIMEOUT = "5s"
+_PREFIX = "endpoints_run_p"
+
+
+def partitioned() -> bool:
+    """Whether the history is the partitioned table (PostgreSQL after migration 0015)."""
+    if connection.vendor != "postgresql":
+        return False
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT 1 FROM pg_partitioned_table WHERE partrelid = to_regclass(%s)", [TABLE]
+        )
+        return cursor.fetchone() is not None
+
+
+def day_start(at: datetime) -> datetime:
+    """The start of ``at``'s UTC day: the lower bound of its partition."""
+    return _start(at.astimezone(UTC).date())
+
+
+def _start(day: date) -> datetime:
+    return datetime.combine(day, time(), tzinfo=UTC)
+
+
+def name_of(day: date) -> str:
+    return f"{_PREFIX}{day:%Y%m%d}"
+
+
+def days() -> list[date]:
+    """The days that have a partition, oldest first (parsed from our own names)."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT c.relname FROM pg_inherits AS i JOIN pg_class AS c ON c.oid = i.inhrelid"
+            " WHERE i.inhparent = to_regclass(%s) AND c.relname LIKE %s",
+            [TABLE, f"{_PREFIX}%"],
+        )
+        names = [row[0] for row in cursor.fetchall()]
+    return sorted(date.fromisoformat(n.removeprefix(_PREFIX)) for n in names)
+
+
+def create_ahead(*, now: datetime, ahead: int = DAYS_AHEAD) -> list[date]:
+    """Create the partitions of today and the next ``ahead`` days that are missing;
+    returns the days created. Stops at the first that cannot take its lock."""
+    have = set(days())
+    today = now.astimezone(UTC).date()
+    created = []
+    for day in (today + timedelta(days=k) for k in range(ahead + 1)):
+        if day in have:
+            continue
+        if not create(day):
+            break
+        created.append(day)
+    return created
+
+
+def create(day: date) -> bool:
+    """Create ``day``'s partition, moving into it the rows the DEFAULT partition already
+    holds for that day (PostgreSQL refuses to attach a range the default has rows of).
+    Created apart and then attached: ``ATTACH`` takes a lock on the parent that inserts
+    and reads pass, where ``CREATE TABLE … PARTITION OF`` would block them."""
+    name = name_of(day)
+    bounds = [_start(day), _start(day + timedelta(days=1))]
+    try:
+        with transaction.atomic(), connection.cursor() as cursor:
+            _bounded_wait(cursor)
+            # Nothing may enter the default for this day between the move and the attach.
+            cursor.execute(f"LOCK TABLE {DEFAULT} IN ACCESS EXCLUSIVE MODE")
+            cursor.execute(
+                f"CREATE TABLE {name} (LIKE {TABLE} INCLUDING DEFAULTS INCLUDING CONSTRAINTS)"
+            )
+            cursor.execute(
+                f"WITH moved AS (DELETE FROM {DEFAULT} WHERE scheduled_for >= %s"  # noqa: S608 - our names
+                f" AND scheduled_for < %s RETURNING *) INSERT INTO {name} SELECT * FROM moved",
+                bounds,
+            )
+            moved = cursor.rowcount
+            cursor.execute(
+                f"ALTER TABLE {TABLE} ATTACH PARTITION {name} FOR VALUES FROM (%s) TO (%s)",
+                bounds,
+            )
+    except OperationalError as error:  # the lock wait ran out: the next hour tries again
+        log_event(logging.WARNING, f"run partition {name} not created yet: {error}")
+        return False
+    if moved:
+        log_event(logging.INFO, f"run partition {name} created with {moved} run(s) from default")
+    return True
+
+
+def older_than(cutoff: datetime) -> list[date]:
+    """The days whose partition ends at or before ``cutoff`` (entirely older)."""
+    return [day for day in days() if _start(day + timedelta(days=1)) <= cutoff]
+
+
+def drop(day: date, *, keep: Sequence[int]) -> bool:
+    """Drop ``day``'s partition, first moving the runs ``keep`` names (by id) back into
+    the table: with their day detached they land in the DEFAULT partition, ids intact.
+    False when the lock could not be had (nothing changed)."""
+    name = name_of(day)
+    try:
+        with transaction.atomic(), connection.cursor() as cursor:
+            _bounded_wait(cursor)
+            cursor.execute(f"ALTER TABLE {TABLE} DETACH PARTITION {name}")
+            cursor.execute(
+                f"INSERT INTO {TABLE} SELECT * FROM {name} WHERE id = ANY(%s)",  # noqa: S608
+                [list(keep)],
+            )
+            cursor.execute(f"DROP TABLE {name}")
+    except OperationalError as error:
+        log_event(logging.WARNING, f"run partition {name} not dropped yet: {error}")
+        return False
+    return True
+
+
+def _bounded_wait(cursor: CursorWrapper) -> None:
+    # A caller's transaction (a test's) may hold deferred foreign-key checks on the
+    # history, and ALTER TABLE refuses to run with pending trigger events: run them now.
+    # Outside such a transaction both statements are free.
+    cursor.execute("SET CONSTRAINTS ALL IMMEDIATE")
+    cursor.execute(f"SET LOCAL lock_timeout = '{LOCK_TIMEOUT}'")
