@@ -33,6 +33,17 @@ LOCK_TIMEOUT = "5s"
 _PREFIX = "endpoints_run_p"
 
 
+# ATTACH gives the partition an index per index of the table, named by PostgreSQL
+# (``endpoints_run_p20310310_endpoint_id_scheduled_for_idx``); renamed after the table's
+# (``endpoints_run_one_per_slot_p20310310``) so that an error still names the constraint.
+_INDEXES_OF = """
+SELECT c.relname, p.relname FROM pg_index AS x
+JOIN pg_class AS c ON c.oid = x.indexrelid
+JOIN pg_inherits AS i ON i.inhrelid = x.indexrelid JOIN pg_class AS p ON p.oid = i.inhparent
+WHERE x.indrelid = to_regclass(%s) AND NOT x.indisprimary
+"""
+
+
 def partitioned() -> bool:
     """Whether the history is the partitioned table (PostgreSQL after migration 0015)."""
     if connection.vendor != "postgresql":
@@ -109,6 +120,10 @@ def create(day: date) -> bool:
                 f"ALTER TABLE {TABLE} ATTACH PARTITION {name} FOR VALUES FROM (%s) TO (%s)",
                 bounds,
             )
+            cursor.execute(_INDEXES_OF, [name])
+            for index, of_table in cursor.fetchall():
+                suffix = name.removeprefix(TABLE)
+                cursor.execute(f'ALTER INDEX "{index}" RENAME TO "{of_table}{suffix}"')
     except OperationalError as error:  # the lock wait ran out: the next hour tries again
         log_event(logging.WARNING, f"run partition {name} not created yet: {error}")
         return False

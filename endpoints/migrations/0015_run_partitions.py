@@ -81,6 +81,21 @@ def _rebuild(schema_editor, *, partitioned):
         cursor.execute(f"ALTER TABLE {TABLE} ADD CONSTRAINT {TABLE}_pkey PRIMARY KEY ({key})")
         for _name, definition in indexes:
             cursor.execute(definition)
+        if partitioned:
+            # Each partition's index after the table's (endpoints_run_one_per_slot_p20261126),
+            # so that an error still names the constraint.
+            cursor.execute(
+                "SELECT c.relname, p.relname, t.relname FROM pg_index AS x"
+                " JOIN pg_class AS c ON c.oid = x.indexrelid"
+                " JOIN pg_class AS t ON t.oid = x.indrelid"
+                " JOIN pg_inherits AS i ON i.inhrelid = x.indexrelid"
+                " JOIN pg_class AS p ON p.oid = i.inhparent"
+                " WHERE p.relname = ANY(%s)",
+                [[name for name, _definition in indexes]],
+            )
+            for index, of_table, partition in cursor.fetchall():
+                suffix = partition.removeprefix(TABLE)
+                cursor.execute(f'ALTER INDEX "{index}" RENAME TO "{of_table}{suffix}"')
         for name, definition in foreign_keys:
             cursor.execute(f"ALTER TABLE {TABLE} ADD CONSTRAINT {name} {definition}")
         cursor.execute(f"DROP TABLE {OLD} CASCADE")
