@@ -93,7 +93,9 @@ def fill(rows: int, endpoints: int, days: int) -> datetime:
     return first_day
 
 
-def history_query_ms(endpoints: int) -> dict[str, float]:
+def history_query_ms(endpoints: int, plain: bool) -> dict[str, float]:
+    """One endpoint's last 50 runs; with ``plain``, the server's time on an unpartitioned
+    copy of the same rows too (``bench_run_plain``, its history index only)."""
     from django.db import connection, reset_queries
 
     from endpoints.models import Endpoint, Run
@@ -107,29 +109,46 @@ def history_query_ms(endpoints: int) -> dict[str, float]:
         got = list(Run.objects.filter(endpoint_id=endpoint_id).order_by("-started_at")[:50])
         times.append(1000 * (time.perf_counter() - started))
         assert len(got) == 50, len(got)
-    server, planning = [], []
+    tables = ["endpoints_run"]
+    if plain:
+        tables.append("bench_run_plain")
+        with connection.cursor() as cursor:
+            cursor.execute("DROP TABLE IF EXISTS bench_run_plain")
+            cursor.execute("CREATE TABLE bench_run_plain AS SELECT * FROM endpoints_run")
+            cursor.execute(
+                "CREATE INDEX bench_run_plain_history ON bench_run_plain"
+                " (endpoint_id, started_at DESC)"
+            )
+            cursor.execute("VACUUM ANALYZE bench_run_plain")
+    server: dict[str, list[float]] = {table: [] for table in tables}
+    planning: dict[str, list[float]] = {table: [] for table in tables}
     with connection.cursor() as cursor:
         for endpoint_id in ids[:20]:
-            cursor.execute(
-                "EXPLAIN (ANALYZE, FORMAT JSON) SELECT * FROM endpoints_run"
-                " WHERE endpoint_id = %s ORDER BY started_at DESC LIMIT 50",
-                [endpoint_id],
-            )
-            plan = cursor.fetchone()[0]
-            plan = json.loads(plan) if isinstance(plan, str) else plan
-            server.append(plan[0]["Execution Time"])
-            planning.append(plan[0]["Planning Time"])
+            for table in tables:
+                cursor.execute(
+                    f"EXPLAIN (ANALYZE, FORMAT JSON) SELECT * FROM {table}"
+                    " WHERE endpoint_id = %s ORDER BY started_at DESC LIMIT 50",
+                    [endpoint_id],
+                )
+                plan = cursor.fetchone()[0]
+                plan = json.loads(plan) if isinstance(plan, str) else plan
+                server[table].append(plan[0]["Execution Time"])
+                planning[table].append(plan[0]["Planning Time"])
+        if plain:
+            cursor.execute("DROP TABLE bench_run_plain")
     reset_queries()
     connection.close()
-    return {
+    figures = {
         "orm_median_ms": round(statistics.median(times), 3),
         "orm_max_ms": round(max(times), 3),
-        "server_median_ms": round(statistics.median(server), 3),
-        "server_max_ms": round(max(server), 3),
-        "planning_median_ms": round(statistics.median(planning), 3),
-        "planning_max_ms": round(max(planning), 3),
-        "load": load(),
     }
+    for table, label in (("endpoints_run", "server"), ("bench_run_plain", "plain")):
+        if table in tables:
+            figures[f"{label}_median_ms"] = round(statistics.median(server[table]), 3)
+            figures[f"{label}_max_ms"] = round(max(server[table]), 3)
+            figures[f"{label}_planning_median_ms"] = round(statistics.median(planning[table]), 3)
+    figures["load"] = load()
+    return figures
 
 
 def prune_with(which: str, cutoff: datetime) -> dict[str, Any]:
@@ -183,12 +202,16 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=1, help="drop/set-based alternations")
     parser.add_argument("--orm", action="store_true", help="also the ORM loop (slow)")
     parser.add_argument("--history-only", action="store_true", help="fill and read; no prune")
+    parser.add_argument(
+        "--compare-plain", action="store_true", help="also read an unpartitioned copy"
+    )
     args = parser.parse_args()
     if not 10_000 <= args.rows <= 20_000_000:
         raise SystemExit("Keep --rows within 10 000..20 000 000 (the disk is shared).")
     if not 2 <= args.days <= 31:
         raise SystemExit("Keep --days within 2..31 (the migration makes a month of days).")
-    url = pg_url("cc_bench_prune")
+    # Its own database, so a history-only run of a month can go beside a prune run.
+    url = pg_url("cc_bench_prune_month" if args.history_only else "cc_bench_prune")
     fresh_database(url)
     setup_django(url)
     results, history = [], []
@@ -196,7 +219,7 @@ def main() -> None:
     for _round in range(1 if args.history_only else args.rounds):
         for which in ways or [None]:
             first_day = fill(args.rows, args.endpoints, args.days)
-            history.append(history_query_ms(args.endpoints))
+            history.append(history_query_ms(args.endpoints, args.compare_plain))
             if which:
                 results.append(prune_with(which, first_day + timedelta(days=1)))
     print(
