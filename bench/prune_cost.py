@@ -2,19 +2,20 @@
 reads with many rows.
 
 Fills ``endpoints_run`` with ``--rows`` finished runs of ``--endpoints`` endpoints, spread
-evenly over the ``--days`` whole UTC days before today (plain SQL, ``generate_series``),
-into the day partitions of the PostgreSQL history (issue 23); then:
+evenly over the ``--days`` days before the current partition (plain SQL,
+``generate_series``), into the week partitions of the PostgreSQL history (issue 23); then:
 
 - reads one endpoint's last 50 runs (the admin's and the API's history query) 20 times,
   through the ORM and with ``EXPLAIN ANALYZE`` (the server's planning and execution);
-- prunes the oldest day (``--rows / --days`` runs) alternately by dropping its partition
-  (``maintenance.prune_runs``'s path) and with the set-based statements (by ranges of
-  ``started_at``, what deletes the day that straddles an exact cutoff), each on a fresh
-  copy of the same history, and with ``--orm`` the per-endpoint ORM loop (≈ 3 000
-  rows/s: keep it to a few 100 000 rows); reports rows/s and the CPU (this process and
-  the PostgreSQL server process), and what a day of history at ``--rate`` runs/s costs.
+- prunes the oldest week (``--rows * 7 / --days`` runs) alternately by dropping its
+  partition (``maintenance.prune_runs``'s path) and with the set-based statements (by
+  ranges of ``started_at``, what deletes the partition that straddles an exact cutoff),
+  each on a fresh copy of the same history, and with ``--orm`` the per-endpoint ORM loop
+  (≈ 3 000 rows/s: keep it to a few 100 000 rows); reports rows/s and the CPU (this
+  process and the PostgreSQL server process), and what a day of history at ``--rate``
+  runs/s costs.
 
-    .venv/bin/python bench/prune_cost.py [--rows 2000000] [--endpoints 2000] [--days 2]
+    .venv/bin/python bench/prune_cost.py [--rows 2000000] [--endpoints 2000] [--days 14]
     .venv/bin/python bench/prune_cost.py --rows 10000000 --days 30 --history-only
 """
 
@@ -31,13 +32,13 @@ from _common import fresh_database, load, pg_url, print_table, setup_django
 from _common import write_results as save
 from _scenario import cpu_seconds
 
-DROP = "drop the day's partition"
+DROP = "drop the week's partition"
 SET_BASED = "set-based delete"
 ORM = "per endpoint (ORM)"
 
 
 def fill(rows: int, endpoints: int, days: int) -> datetime:
-    """Fill the history; returns the start of its first day."""
+    """Fill the history; returns its first instant."""
     from django.db import connection
     from django.utils import timezone
 
@@ -46,12 +47,14 @@ def fill(rows: int, endpoints: int, days: int) -> datetime:
 
     with connection.cursor() as cursor:
         cursor.execute("TRUNCATE endpoints_run")
-    first_day = partitions.day_start(timezone.now()) - timedelta(days=days)
-    have = set(partitions.days())
-    for k in range(days):
-        day = (first_day + timedelta(days=k)).date()
-        if day not in have:
-            assert partitions.create(day), day
+    end = partitions.start_of(timezone.now())
+    first_day = end - timedelta(days=days)
+    have = set(partitions.starts())
+    start = partitions.start_of(first_day)
+    while start < end:
+        if start not in have:
+            assert partitions.create(start), start
+        start += partitions.WIDTH
     if not Endpoint.objects.exists():
         tenant = Tenant.objects.create(name="bench", max_endpoints=endpoints + 10)
         job = Job.objects.create(tenant=tenant, name="history")
@@ -152,7 +155,7 @@ def history_query_ms(endpoints: int, plain: bool) -> dict[str, float]:
 
 
 def prune_with(which: str, cutoff: datetime) -> dict[str, Any]:
-    """Prune every run started before ``cutoff`` (the end of the first day) one way."""
+    """Prune every run started before ``cutoff`` (the end of the first week) one way."""
     from django.conf import settings
     from django.db import connection
 
@@ -197,7 +200,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rows", type=int, default=2_000_000)
     parser.add_argument("--endpoints", type=int, default=2_000)
-    parser.add_argument("--days", type=int, default=2, help="whole days of history")
+    parser.add_argument("--days", type=int, default=14, help="days of history")
     parser.add_argument("--rate", type=float, default=2000.0, help="runs/s for the day figure")
     parser.add_argument("--rounds", type=int, default=1, help="drop/set-based alternations")
     parser.add_argument("--orm", action="store_true", help="also the ORM loop (slow)")
@@ -208,8 +211,8 @@ def main() -> None:
     args = parser.parse_args()
     if not 10_000 <= args.rows <= 20_000_000:
         raise SystemExit("Keep --rows within 10 000..20 000 000 (the disk is shared).")
-    if not 2 <= args.days <= 31:
-        raise SystemExit("Keep --days within 2..31 (the migration makes a month of days).")
+    if not 7 <= args.days <= 31 or not (args.history_only or args.days % 7 == 0):
+        raise SystemExit("Keep --days within 7..31, whole weeks unless --history-only.")
     # Its own database, so a history-only run of a month can go beside a prune run.
     url = pg_url("cc_bench_prune_month" if args.history_only else "cc_bench_prune")
     fresh_database(url)
@@ -221,10 +224,10 @@ def main() -> None:
             first_day = fill(args.rows, args.endpoints, args.days)
             history.append(history_query_ms(args.endpoints, args.compare_plain))
             if which:
-                results.append(prune_with(which, first_day + timedelta(days=1)))
+                results.append(prune_with(which, first_day + timedelta(days=7)))
     print(
         f"history: {args.rows} runs of {args.endpoints} endpoints over {args.days} days"
-        f" in day partitions; load {load()}"
+        f" in week partitions; load {load()}"
     )
     print("one endpoint's last 50 runs (ms):")
     print_table(list(history[0]), [list(h.values()) for h in history])

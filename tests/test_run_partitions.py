@@ -1,14 +1,15 @@
-"""Run history partitioned by day on PostgreSQL (issue 23): partitions made ahead, a
-DEFAULT partition that takes what has no day yet, retention by dropping whole days with
-the same rules as before, and the exactly-once constraints and deletes unchanged.
+"""Run history partitioned by week on PostgreSQL (issue 23): partitions made ahead, a
+DEFAULT partition that takes what has no partition yet, retention by dropping whole
+partitions with the same rules as before, and the exactly-once constraints and deletes
+unchanged.
 
-The days are in 2031 so that they never meet the partitions the migration made around
+The weeks are in 2031 so that they never meet the partitions the migration made around
 the real date; DDL is transactional, so each test's partitions go with its rollback.
 """
 
 from __future__ import annotations
 
-from datetime import UTC, date, datetime, timedelta
+from datetime import UTC, datetime, timedelta
 
 import psycopg
 import pytest
@@ -23,10 +24,12 @@ pytestmark = [
     pytest.mark.skipif(connection.vendor != "postgresql", reason="SQLite keeps the plain table"),
 ]
 
-NOW = datetime(2031, 3, 10, 12, 0, tzinfo=UTC)
+NOW = datetime(2031, 3, 10, 12, 0, tzinfo=UTC)  # a Monday: its partition starts at 00:00
 S = timedelta(seconds=1)
 H = timedelta(hours=1)
 DAY = timedelta(days=1)
+WEEK = partitions.WIDTH
+MONDAY = partitions.start_of(NOW)
 
 
 def make_run(endpoint: Endpoint, started: datetime, **fields) -> Run:
@@ -49,33 +52,33 @@ def retention(settings, monkeypatch):
     monkeypatch.setattr(maintenance, "PRUNE_BATCH_SIZE", 2)
 
 
-def test_the_history_is_partitioned_and_maintenance_makes_the_next_week_ahead():
+def test_the_history_is_partitioned_and_maintenance_makes_the_next_weeks_ahead():
     assert partitions.partitioned()
-    today = NOW.date()
-    week = [today + timedelta(days=k) for k in range(partitions.DAYS_AHEAD + 1)]
-    assert not set(week) & set(partitions.days())
+    assert datetime(2031, 3, 10, tzinfo=UTC) == MONDAY
+    ahead = [MONDAY + k * WEEK for k in range(partitions.AHEAD + 1)]
+    assert not set(ahead) & set(partitions.starts())
 
-    assert partitions.create_ahead(now=NOW) == week
-    assert set(week) <= set(partitions.days())
+    assert partitions.create_ahead(now=NOW) == ahead
+    assert set(ahead) <= set(partitions.starts())
     assert partitions.create_ahead(now=NOW) == []
-    prune_runs(now=NOW + 3 * DAY)  # the hourly maintenance path
-    assert set(partitions.days()) >= {today + timedelta(days=k) for k in range(3, 11)}
+    prune_runs(now=NOW + 3 * WEEK)  # the hourly maintenance path
+    assert MONDAY + 5 * WEEK in partitions.starts()
 
 
-def test_a_run_of_a_day_without_a_partition_lands_in_default_and_moves_when_the_day_is_made(
+def test_a_run_without_a_partition_lands_in_default_and_moves_when_its_partition_is_made(
     make_endpoint,
 ):
     endpoint = make_endpoint()
-    far = make_run(endpoint, NOW + 2 * DAY + 5 * H)
-    neighbour = make_run(endpoint, NOW + 3 * DAY + 5 * H)
-    assert home(far) == home(neighbour) == partitions.DEFAULT
+    far = make_run(endpoint, NOW + 2 * DAY)
+    farther = make_run(endpoint, NOW + WEEK + 5 * H)
+    assert home(far) == home(farther) == partitions.DEFAULT
 
     partitions.create_ahead(now=NOW)
 
-    assert home(far) == "endpoints_run_p20310312"
-    assert home(neighbour) == "endpoints_run_p20310313"
+    assert home(far) == "endpoints_run_p20310310"
+    assert home(farther) == "endpoints_run_p20310317"
     assert Run.objects.get(pk=far.pk).started_at == far.started_at
-    assert list(endpoint.runs.order_by("started_at")) == [far, neighbour]
+    assert list(endpoint.runs.order_by("started_at")) == [far, farther]
 
 
 def test_the_exactly_once_constraints_refuse_a_second_run_of_a_slot_in_a_day_and_in_default(
@@ -83,7 +86,7 @@ def test_the_exactly_once_constraints_refuse_a_second_run_of_a_slot_in_a_day_and
 ):
     endpoint = make_endpoint()
     partitions.create_ahead(now=NOW)
-    for slot in (NOW + H, NOW + 40 * DAY):  # a day's partition, then the default
+    for slot in (NOW + H, NOW + 40 * DAY):  # a week's partition, then the default
         make_run(endpoint, slot)
         # Each partition's index is named after the constraint it carries.
         refused = pytest.raises(IntegrityError, match="endpoints_run_one_per_slot_")
@@ -100,11 +103,11 @@ def test_the_exactly_once_constraints_refuse_a_second_run_of_a_slot_in_a_day_and
 def test_deleting_an_endpoint_deletes_its_runs_in_every_partition(make_endpoint):
     endpoint, other = make_endpoint(), make_endpoint()
     partitions.create_ahead(now=NOW)
-    runs = [make_run(endpoint, NOW + k * DAY) for k in (0, 1, 60)]
+    runs = [make_run(endpoint, NOW + k * DAY) for k in (0, 7, 60)]
     theirs = make_run(other, NOW)
     assert {home(run) for run in runs} == {
         "endpoints_run_p20310310",
-        "endpoints_run_p20310311",
+        "endpoints_run_p20310317",
         partitions.DEFAULT,
     }
 
@@ -113,15 +116,15 @@ def test_deleting_an_endpoint_deletes_its_runs_in_every_partition(make_endpoint)
     assert list(Run.objects.all()) == [theirs]
 
 
-def test_a_retry_links_to_its_original_across_days_and_is_unlinked_when_it_is_deleted(
+def test_a_retry_links_to_its_original_across_partitions_and_is_unlinked_when_deleted(
     make_endpoint,
 ):
     endpoint = make_endpoint()
     partitions.create_ahead(now=NOW)
-    lost = make_run(endpoint, datetime(2031, 3, 11, 23, 59, 59, tzinfo=UTC), status="lost")
+    lost = make_run(endpoint, MONDAY + WEEK - S, status=RunStatus.LOST)
     retry = make_run(
         endpoint,
-        datetime(2031, 3, 12, 0, 30, tzinfo=UTC),
+        MONDAY + WEEK + H,
         trigger=RunTrigger.RETRY,
         attempt=2,
         retry_of=lost,
@@ -137,28 +140,30 @@ def test_a_retry_links_to_its_original_across_days_and_is_unlinked_when_it_is_de
 
 
 @pytest.mark.usefixtures("retention")
-def test_retention_drops_whole_days_and_keeps_what_the_rules_keep(make_endpoint):
+def test_retention_drops_whole_partitions_and_keeps_what_the_rules_keep(make_endpoint):
     quiet, busy = make_endpoint(), make_endpoint()
-    old_days = [date(2031, 1, 20), date(2031, 2, 5), date(2031, 2, 8)]
-    for day in old_days:
-        assert partitions.create(day)
-    start = datetime(2031, 1, 20, 6, tzinfo=UTC)
+    cutoff = NOW - 30 * DAY  # 2031-02-08 12:00, in the partition from Monday 02-03
+    straddled = partitions.start_of(cutoff)
+    for start in (straddled - 4 * WEEK, straddled - WEEK, straddled):
+        assert partitions.create(start)
+    start = straddled - 4 * WEEK + 6 * H
     # The quiet endpoint's runs are all old: its latest two stay, wherever they were.
     quiet_runs = [make_run(quiet, start + k * H) for k in range(4)]
     busy_old = [make_run(busy, start + k * H + S) for k in range(5)]
     in_flight = make_run(busy, start + 9 * H, status=RunStatus.RUNNING)
-    # Due on an old day but started after the cutoff (a retry's slot is its original's).
+    # Due in an old partition but started after the cutoff (a retry's slot is its
+    # original's).
     started_late = make_run(busy, start, started_at=NOW - H, trigger=RunTrigger.RETRY, attempt=2)
-    original = make_run(busy, datetime(2031, 2, 5, 1, tzinfo=UTC), status=RunStatus.LOST)
+    original = make_run(busy, straddled - WEEK + H, status=RunStatus.LOST)
     kept_retry = make_run(busy, NOW - DAY, trigger=RunTrigger.RETRY, attempt=2, retry_of=original)
-    # The day that straddles the cutoff (2031-02-08 12:00): kept unless asked exactly.
-    straddling = make_run(busy, datetime(2031, 2, 8, 9, tzinfo=UTC))
+    # The partition that straddles the cutoff: its old runs stay unless asked exactly.
+    straddling = make_run(busy, straddled + 9 * H)
     recent = [make_run(busy, NOW - k * H) for k in range(2)]
 
     deleted = prune_runs(now=NOW)
 
     assert deleted == 5 + 2 + 1  # busy_old, quiet's two oldest, the original
-    assert partitions.days()[0] == date(2031, 2, 8)  # both older days dropped whole
+    assert partitions.starts()[0] == straddled  # both older partitions dropped whole
     assert set(Run.objects.filter(endpoint=quiet)) == set(quiet_runs[2:])
     assert set(Run.objects.filter(endpoint=busy)) == {
         in_flight,
@@ -173,17 +178,19 @@ def test_retention_drops_whole_days_and_keeps_what_the_rules_keep(make_endpoint)
     assert kept_retry.retry_of_id is None
     assert prune_runs(now=NOW) == 0
 
-    # ``cleanup_runs`` asks for the exact cutoff: the straddling day loses its old runs.
+    # ``cleanup_runs`` asks for the exact cutoff: the straddling partition loses its old
+    # runs, row by row, and stays.
     assert prune_runs(now=NOW, exact=True) == 1
     assert not Run.objects.filter(pk=straddling.pk).exists()
-    assert partitions.days()[0] == date(2031, 2, 8)
+    assert partitions.starts()[0] == straddled
 
 
 @pytest.mark.usefixtures("retention")
-def test_a_day_whose_lock_is_busy_waits_for_the_next_prune(make_endpoint, monkeypatch):
+def test_a_partition_whose_lock_is_busy_waits_for_the_next_prune(make_endpoint, monkeypatch):
     endpoint = make_endpoint()
-    assert partitions.create(date(2031, 1, 20))
-    old = [make_run(endpoint, datetime(2031, 1, 20, 6, tzinfo=UTC) + k * S) for k in range(3)]
+    old_start = MONDAY - 8 * WEEK
+    assert partitions.create(old_start)
+    old = [make_run(endpoint, old_start + 6 * H + k * S) for k in range(3)]
     recent = [make_run(endpoint, NOW - k * H) for k in range(2)]
     monkeypatch.setattr(partitions, "LOCK_TIMEOUT", "100ms")
     reader = _second_connection()
@@ -198,7 +205,7 @@ def test_a_day_whose_lock_is_busy_waits_for_the_next_prune(make_endpoint, monkey
 
     assert set(Run.objects.all()) == {*old, *recent}  # nothing deleted, nothing half done
     assert prune_runs(now=NOW) == 3
-    assert date(2031, 1, 20) not in partitions.days()
+    assert old_start not in partitions.starts()
 
 
 def _second_connection() -> psycopg.Connection:

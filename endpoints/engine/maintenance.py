@@ -60,12 +60,12 @@ def prune_runs(*, now: datetime, exact: bool = False) -> int:
     backlog never holds a long lock. On PostgreSQL the old runs go by ranges of
     ``started_at`` (set-based, no ids through Python); elsewhere through the ORM.
 
-    On the partitioned history (PostgreSQL) this also creates the next days' partitions,
-    drops the days entirely older than the cutoff whole (what they must keep moved out
-    first), and the cutoff is the start of its UTC day unless ``exact``: an hourly prune
-    with an exact cutoff would delete every run row by row as it ages, an hour at a time,
-    and leave nothing for the drop. Runs then stay up to a day longer than the retention;
-    ``cleanup_runs`` asks for ``exact``.
+    On the partitioned history (PostgreSQL) this also creates the next weeks' partitions,
+    drops the partitions entirely older than the cutoff whole (what they must keep moved
+    out first), and the cutoff is the start of its partition unless ``exact``: an hourly
+    prune with an exact cutoff would delete every run row by row as it ages, an hour at
+    a time, and leave nothing for the drop. Runs then stay up to a week longer than the
+    retention; ``cleanup_runs`` asks for ``exact``.
     """
     cutoff = now - timedelta(days=settings.CRONICORN_RUN_RETENTION_DAYS)
     keep = settings.CRONICORN_RUN_RETENTION_KEEP
@@ -73,7 +73,7 @@ def prune_runs(*, now: datetime, exact: bool = False) -> int:
         deleted = _prune_by_endpoint(cutoff, keep)
     elif partitions.partitioned():
         partitions.create_ahead(now=now)
-        deleted = _prune_partitions(cutoff if exact else partitions.day_start(cutoff), keep)
+        deleted = _prune_partitions(cutoff if exact else partitions.start_of(cutoff), keep)
     else:
         deleted = _prune_postgresql(cutoff, keep, fetch(_PRUNE_FLOORS, [keep - 1, cutoff]))
     if deleted:
@@ -150,7 +150,7 @@ def _prune_postgresql(cutoff: datetime, keep: int, floors: list[Any]) -> int:
     return deleted
 
 
-# What a day's partition must keep before it is dropped: the complement of what the
+# What a partition must keep before it is dropped: the complement of what the
 # statements above delete (runs in flight, runs started at or after the cutoff, the
 # latest runs of the endpoints in ``floors``), each found through an index.
 _PARTITION_KEEPS = """
@@ -172,19 +172,20 @@ AND EXISTS (SELECT 1 FROM {p} AS o WHERE o.id = r.retry_of_id)
 
 
 def _prune_partitions(cutoff: datetime, keep: int) -> int:
-    """Drop the days entirely before ``cutoff``, oldest first, keeping what the rules
-    keep; then the set-based statements for the rest (the day that straddles the cutoff
-    when ``exact``, the DEFAULT partition, runs started long after their slot)."""
+    """Drop the partitions entirely before ``cutoff``, oldest first, keeping what the
+    rules keep; then the set-based statements for the rest (the partition that straddles
+    the cutoff when ``exact``, the DEFAULT partition, runs started long after their
+    slot)."""
     floors = fetch(_PRUNE_FLOORS, [keep - 1, cutoff])
     columns = [list(column) for column in zip(*floors, strict=True)] or [[], [], []]
     deleted = 0
-    for day in partitions.older_than(cutoff):
-        p = partitions.name_of(day)
+    for start in partitions.older_than(cutoff):
+        p = partitions.name_of(start)
         keeps = fetch(_PARTITION_KEEPS.format(p=p), [cutoff, *columns], prepare=False)
         kept = [row[0] for row in keeps]
         total = fetch(f"SELECT count(*) FROM {p}", [], prepare=False)[0][0]  # noqa: S608
         fetch(_PARTITION_UNLINK.format(p=p), [kept], prepare=False)
-        if not partitions.drop(day, keep=kept):
+        if not partitions.drop(start, keep=kept):
             return deleted  # the lock was busy: the rest waits for the next prune
         deleted += total - len(kept)
     return deleted + _prune_postgresql(cutoff, keep, floors)
