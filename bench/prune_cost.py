@@ -173,7 +173,7 @@ def prune_with(which: str, cutoff: datetime) -> dict[str, Any]:
         time.perf_counter(),
     )
     if which == DROP:
-        deleted = maintenance._prune_partitions(cutoff, keep)
+        deleted = maintenance._prune_partitions(cutoff, keep, exact=False)
     elif which == SET_BASED:
         floors = fetch(maintenance._PRUNE_FLOORS, [keep - 1, cutoff])
         deleted = maintenance._prune_postgresql(cutoff, keep, floors)

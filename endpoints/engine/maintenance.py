@@ -60,12 +60,12 @@ def prune_runs(*, now: datetime, exact: bool = False) -> int:
     backlog never holds a long lock. On PostgreSQL the old runs go by ranges of
     ``started_at`` (set-based, no ids through Python); elsewhere through the ORM.
 
-    On the partitioned history (PostgreSQL) this also creates the next weeks' partitions,
-    drops the partitions entirely older than the cutoff whole (what they must keep moved
-    out first), and the cutoff is the start of its partition unless ``exact``: an hourly
-    prune with an exact cutoff would delete every run row by row as it ages, an hour at
-    a time, and leave nothing for the drop. Runs then stay up to a week longer than the
-    retention; ``cleanup_runs`` asks for ``exact``.
+    On the partitioned history (PostgreSQL) this also creates the next weeks' partitions
+    and drops the partitions entirely older than the cutoff whole (what they must keep
+    moved out first); the runs of the partition that straddles the cutoff wait for its
+    drop unless ``exact``: an hourly prune deleting them would delete every run row by
+    row as it ages, an hour at a time, and leave nothing to drop. Those runs stay up to
+    a week longer than the retention; ``cleanup_runs`` asks for ``exact``.
     """
     cutoff = now - timedelta(days=settings.CRONICORN_RUN_RETENTION_DAYS)
     keep = settings.CRONICORN_RUN_RETENTION_KEEP
@@ -73,7 +73,7 @@ def prune_runs(*, now: datetime, exact: bool = False) -> int:
         deleted = _prune_by_endpoint(cutoff, keep)
     elif partitions.partitioned():
         partitions.create_ahead(now=now)
-        deleted = _prune_partitions(cutoff if exact else partitions.start_of(cutoff), keep)
+        deleted = _prune_partitions(cutoff, keep, exact=exact)
     else:
         deleted = _prune_postgresql(cutoff, keep, fetch(_PRUNE_FLOORS, [keep - 1, cutoff]))
     if deleted:
@@ -105,11 +105,16 @@ LEFT JOIN LATERAL (
 ) AS k ON true
 WHERE k.started_at IS NULL OR k.started_at < %s
 """
+# Every statement below leaves alone the runs due in [%s, %s): on the partitioned history
+# the partition that straddles the cutoff, whose old runs go when it is dropped whole
+# (the planner prunes it, so they are not even read); elsewhere an empty range.
+_OUTSIDE = "(scheduled_for < %s OR scheduled_for >= %s)"
+_PRUNE_FIRST = f"SELECT min(started_at) FROM endpoints_run WHERE {_OUTSIDE}"  # noqa: S608
 # The start of the run ``PRUNE_BATCH_SIZE`` places after ``lo``: the end of a window.
-_PRUNE_WINDOW_END = """
-SELECT started_at FROM endpoints_run WHERE started_at >= %s
+_PRUNE_WINDOW_END = f"""
+SELECT started_at FROM endpoints_run WHERE started_at >= %s AND {_OUTSIDE}
 ORDER BY started_at OFFSET %s LIMIT 1
-"""
+"""  # noqa: S608
 # Deleted runs' retries keep their record, unlinked (``retry_of`` is SET_NULL, which
 # Django emulates; the foreign key is checked at commit, after this statement).
 _PRUNE_DELETE = """
@@ -123,30 +128,35 @@ SELECT count(*) FROM gone
 """
 _PRUNE_RANGE = _PRUNE_DELETE.format(
     where="started_at >= %s AND started_at < %s AND endpoint_id <> ALL(%s::bigint[])"
+    f" AND {_OUTSIDE}"
 )
 _PRUNE_ONE_ENDPOINT = _PRUNE_DELETE.format(
-    where="endpoint_id = %s AND started_at < %s AND (started_at, id) < (%s, %s)"
+    where=f"endpoint_id = %s AND started_at < %s AND (started_at, id) < (%s, %s) AND {_OUTSIDE}"
 )
 
 
-def _prune_postgresql(cutoff: datetime, keep: int, floors: list[Any]) -> int:
+def _prune_postgresql(
+    cutoff: datetime, keep: int, floors: list[Any], spared: tuple[datetime, datetime] | None = None
+) -> int:
     """Set-based retention: whole ranges of ``started_at`` (the ``endpoints_run_started``
     index) minus the few endpoints whose latest runs are old (``floors``), those one by
-    one. Each statement commits on its own (autocommit)."""
+    one, leaving alone the runs due in ``spared``. Each statement commits on its own
+    (autocommit)."""
     special = [endpoint_id for endpoint_id, _at, _id in floors]
+    outside = list(spared or (cutoff, cutoff))
     deleted = 0
-    first = Run.objects.order_by("started_at").values_list("started_at", flat=True).first()
-    lo = first
+    lo = fetch(_PRUNE_FIRST, outside)[0][0]
     while lo is not None and lo < cutoff:
-        found = fetch(_PRUNE_WINDOW_END, [lo, PRUNE_BATCH_SIZE])
+        found = fetch(_PRUNE_WINDOW_END, [lo, *outside, PRUNE_BATCH_SIZE])
         hi = min(found[0][0], cutoff) if found else cutoff
         if hi <= lo:  # more than a batch started in the same microsecond
             hi = min(lo + timedelta(microseconds=1), cutoff)
-        deleted += fetch(_PRUNE_RANGE, [lo, hi, special], prepare=False)[0][0]
+        deleted += fetch(_PRUNE_RANGE, [lo, hi, special, *outside], prepare=False)[0][0]
         lo = hi
     for endpoint_id, floor_at, floor_id in floors:
         if floor_at is not None:  # NULL: fewer runs than ``keep``, all kept
-            deleted += fetch(_PRUNE_ONE_ENDPOINT, [endpoint_id, cutoff, floor_at, floor_id])[0][0]
+            one = [endpoint_id, cutoff, floor_at, floor_id, *outside]
+            deleted += fetch(_PRUNE_ONE_ENDPOINT, one)[0][0]
     return deleted
 
 
@@ -171,11 +181,11 @@ AND EXISTS (SELECT 1 FROM {p} AS o WHERE o.id = r.retry_of_id)
 """
 
 
-def _prune_partitions(cutoff: datetime, keep: int) -> int:
+def _prune_partitions(cutoff: datetime, keep: int, *, exact: bool) -> int:
     """Drop the partitions entirely before ``cutoff``, oldest first, keeping what the
-    rules keep; then the set-based statements for the rest (the partition that straddles
-    the cutoff when ``exact``, the DEFAULT partition, runs started long after their
-    slot)."""
+    rules keep; then the set-based statements for the rest (the DEFAULT partition, runs
+    started long after their slot, and when ``exact`` the partition that straddles the
+    cutoff)."""
     floors = fetch(_PRUNE_FLOORS, [keep - 1, cutoff])
     columns = [list(column) for column in zip(*floors, strict=True)] or [[], [], []]
     deleted = 0
@@ -188,7 +198,11 @@ def _prune_partitions(cutoff: datetime, keep: int) -> int:
         if not partitions.drop(start, keep=kept):
             return deleted  # the lock was busy: the rest waits for the next prune
         deleted += total - len(kept)
-    return deleted + _prune_postgresql(cutoff, keep, floors)
+    # Only a partition that exists will be dropped: runs of that range held by DEFAULT go.
+    straddling = partitions.start_of(cutoff)
+    waits = not exact and straddling in partitions.starts()
+    spared = (straddling, straddling + partitions.WIDTH) if waits else None
+    return deleted + _prune_postgresql(cutoff, keep, floors, spared)
 
 
 def end_signing_grace(*, now: datetime) -> int:
