@@ -233,10 +233,13 @@ def _table_stats() -> dict[str, dict[str, int]]:
     with connection.cursor() as cursor:
         cursor.execute("SELECT pg_stat_force_next_flush()")
         cursor.execute("SELECT pg_stat_clear_snapshot()")
+        # A partitioned endpoints_run (issue 23) keeps its counts in its partitions.
         cursor.execute(
-            "SELECT relname, n_tup_ins, n_tup_upd, n_tup_hot_upd, n_tup_del"
-            " FROM pg_stat_user_tables"
+            "SELECT CASE WHEN relname LIKE 'endpoints\\_run\\_%%' THEN 'endpoints_run'"
+            " ELSE relname END AS name, sum(n_tup_ins)::bigint, sum(n_tup_upd)::bigint,"
+            " sum(n_tup_hot_upd)::bigint, sum(n_tup_del)::bigint FROM pg_stat_user_tables"
             " WHERE relname IN ('endpoints_run', 'endpoints_slot', 'endpoints_endpoint')"
+            " OR relname LIKE 'endpoints\\_run\\_%%' GROUP BY name"
         )
         return {
             name: {"inserted": i, "updated": u, "hot": h, "deleted": d}

@@ -599,6 +599,10 @@ class Run(models.Model):
         on_delete=models.SET_NULL,
         related_name="retries",
         db_index=False,  # endpoints_run_retries holds the few runs that are retries
+        # No constraint in the database: on PostgreSQL the history is partitioned and
+        # ``id`` alone is no longer a unique key (migration 0015). Django still sets it
+        # NULL when the run it names is deleted; retention unlinks retries itself.
+        db_constraint=False,
     )
     claim_token = models.UUIDField(null=True, blank=True)
     lease_expires_at = models.DateTimeField(null=True, blank=True)

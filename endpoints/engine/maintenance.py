@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 from datetime import datetime, timedelta
+from typing import Any
 
 from django.conf import settings
 from django.db import (
@@ -13,7 +14,7 @@ from django.db import (
     transaction,
 )
 
-from endpoints.engine import metrics
+from endpoints.engine import metrics, partitions
 from endpoints.engine.claiming import release_expired_postgresql
 from endpoints.engine.logs import log_event
 from endpoints.engine.sql import fetch
@@ -51,22 +52,32 @@ def sweep_zombies(*, now: datetime) -> int:
     return lost
 
 
-def prune_runs(*, now: datetime) -> int:
+def prune_runs(*, now: datetime, exact: bool = False) -> int:
     """Delete runs older than the retention, always keeping each endpoint's latest runs
     (``CRONICORN_RUN_RETENTION_KEEP``) and every run still in flight.
 
     Deletes in bounded statements (about ``PRUNE_BATCH_SIZE`` rows each) so a large
     backlog never holds a long lock. On PostgreSQL the old runs go by ranges of
     ``started_at`` (set-based, no ids through Python); elsewhere through the ORM.
+
+    On the partitioned history (PostgreSQL) this also creates the next weeks' partitions
+    and drops the partitions entirely older than the cutoff whole (what they must keep
+    moved out first); the runs of the partition that straddles the cutoff wait for its
+    drop unless ``exact``: an hourly prune deleting them would delete every run row by
+    row as it ages, an hour at a time, and leave nothing to drop. Those runs stay up to
+    a week longer than the retention; ``cleanup_runs`` asks for ``exact``.
     """
     cutoff = now - timedelta(days=settings.CRONICORN_RUN_RETENTION_DAYS)
     keep = settings.CRONICORN_RUN_RETENTION_KEEP
-    if connection.vendor == "postgresql":
-        deleted = _prune_postgresql(cutoff, keep)
-    else:
+    if connection.vendor != "postgresql":
         deleted = _prune_by_endpoint(cutoff, keep)
+    elif partitions.partitioned():
+        partitions.create_ahead(now=now)
+        deleted = _prune_partitions(cutoff, keep, exact=exact)
+    else:  # migration 0015 not applied yet (it rewrites the table: a maintenance window)
+        deleted = _prune_postgresql(cutoff, keep, fetch(_PRUNE_FLOORS, [keep - 1, cutoff]))
     if deleted:
-        log_event(logging.INFO, f"pruned {deleted} run(s) older than {cutoff:%Y-%m-%d}")
+        log_event(logging.INFO, f"pruned {deleted} run(s) that started before {cutoff:%Y-%m-%d}")
     return deleted
 
 
@@ -94,11 +105,16 @@ LEFT JOIN LATERAL (
 ) AS k ON true
 WHERE k.started_at IS NULL OR k.started_at < %s
 """
+# Every statement below leaves alone the runs due in [%s, %s): on the partitioned history
+# the partition that straddles the cutoff, whose old runs go when it is dropped whole
+# (the planner prunes it, so they are not even read); elsewhere an empty range.
+_OUTSIDE = "(scheduled_for < %s OR scheduled_for >= %s)"
+_PRUNE_FIRST = f"SELECT min(started_at) FROM endpoints_run WHERE {_OUTSIDE}"  # noqa: S608
 # The start of the run ``PRUNE_BATCH_SIZE`` places after ``lo``: the end of a window.
-_PRUNE_WINDOW_END = """
-SELECT started_at FROM endpoints_run WHERE started_at >= %s
+_PRUNE_WINDOW_END = f"""
+SELECT started_at FROM endpoints_run WHERE started_at >= %s AND {_OUTSIDE}
 ORDER BY started_at OFFSET %s LIMIT 1
-"""
+"""  # noqa: S608
 # Deleted runs' retries keep their record, unlinked (``retry_of`` is SET_NULL, which
 # Django emulates; the foreign key is checked at commit, after this statement).
 _PRUNE_DELETE = """
@@ -112,32 +128,81 @@ SELECT count(*) FROM gone
 """
 _PRUNE_RANGE = _PRUNE_DELETE.format(
     where="started_at >= %s AND started_at < %s AND endpoint_id <> ALL(%s::bigint[])"
+    f" AND {_OUTSIDE}"
 )
 _PRUNE_ONE_ENDPOINT = _PRUNE_DELETE.format(
-    where="endpoint_id = %s AND started_at < %s AND (started_at, id) < (%s, %s)"
+    where=f"endpoint_id = %s AND started_at < %s AND (started_at, id) < (%s, %s) AND {_OUTSIDE}"
 )
 
 
-def _prune_postgresql(cutoff: datetime, keep: int) -> int:
+def _prune_postgresql(
+    cutoff: datetime, keep: int, floors: list[Any], spared: tuple[datetime, datetime] | None = None
+) -> int:
     """Set-based retention: whole ranges of ``started_at`` (the ``endpoints_run_started``
-    index) minus the few endpoints whose latest runs are old, those one by one. Each
-    statement commits on its own (autocommit)."""
-    floors = fetch(_PRUNE_FLOORS, [keep - 1, cutoff])
+    index) minus the few endpoints whose latest runs are old (``floors``), those one by
+    one, leaving alone the runs due in ``spared``. Each statement commits on its own
+    (autocommit)."""
     special = [endpoint_id for endpoint_id, _at, _id in floors]
+    outside = list(spared or (cutoff, cutoff))
     deleted = 0
-    first = Run.objects.order_by("started_at").values_list("started_at", flat=True).first()
-    lo = first
+    lo = fetch(_PRUNE_FIRST, outside)[0][0]
     while lo is not None and lo < cutoff:
-        found = fetch(_PRUNE_WINDOW_END, [lo, PRUNE_BATCH_SIZE])
+        found = fetch(_PRUNE_WINDOW_END, [lo, *outside, PRUNE_BATCH_SIZE])
         hi = min(found[0][0], cutoff) if found else cutoff
         if hi <= lo:  # more than a batch started in the same microsecond
             hi = min(lo + timedelta(microseconds=1), cutoff)
-        deleted += fetch(_PRUNE_RANGE, [lo, hi, special], prepare=False)[0][0]
+        deleted += fetch(_PRUNE_RANGE, [lo, hi, special, *outside], prepare=False)[0][0]
         lo = hi
     for endpoint_id, floor_at, floor_id in floors:
         if floor_at is not None:  # NULL: fewer runs than ``keep``, all kept
-            deleted += fetch(_PRUNE_ONE_ENDPOINT, [endpoint_id, cutoff, floor_at, floor_id])[0][0]
+            one = [endpoint_id, cutoff, floor_at, floor_id, *outside]
+            deleted += fetch(_PRUNE_ONE_ENDPOINT, one)[0][0]
     return deleted
+
+
+# What a partition must keep before it is dropped: the complement of what the
+# statements above delete (runs in flight, runs started at or after the cutoff, the
+# latest runs of the endpoints in ``floors``), each found through an index.
+_PARTITION_KEEPS = """
+SELECT id FROM {p} WHERE status = 'running'
+UNION SELECT id FROM {p} WHERE started_at >= %s
+UNION SELECT r.id FROM unnest(%s::bigint[], %s::timestamptz[], %s::bigint[]) AS f(e, at, id)
+    JOIN LATERAL (
+        SELECT id FROM {p} AS r WHERE r.endpoint_id = f.e
+        AND (f.at IS NULL OR (r.started_at, r.id) >= (f.at, f.id))
+    ) AS r ON true
+"""
+# Retries of the runs about to go lose their link first, as ``_PRUNE_DELETE`` does
+# (the few retries, through endpoints_run_retries, each probing the partition's key).
+_PARTITION_UNLINK = """
+UPDATE endpoints_run AS r SET retry_of_id = NULL
+WHERE r.retry_of_id IS NOT NULL AND r.retry_of_id <> ALL(%s::bigint[])
+AND EXISTS (SELECT 1 FROM {p} AS o WHERE o.id = r.retry_of_id)
+"""
+
+
+def _prune_partitions(cutoff: datetime, keep: int, *, exact: bool) -> int:
+    """Drop the partitions entirely before ``cutoff``, oldest first, keeping what the
+    rules keep; then the set-based statements for the rest (the DEFAULT partition, runs
+    started long after their slot, and when ``exact`` the partition that straddles the
+    cutoff)."""
+    floors = fetch(_PRUNE_FLOORS, [keep - 1, cutoff])
+    columns = [list(column) for column in zip(*floors, strict=True)] or [[], [], []]
+    deleted = 0
+    for start in partitions.older_than(cutoff):
+        p = partitions.name_of(start)
+        keeps = fetch(_PARTITION_KEEPS.format(p=p), [cutoff, *columns], prepare=False)
+        kept = [row[0] for row in keeps]
+        total = fetch(f"SELECT count(*) FROM {p}", [], prepare=False)[0][0]  # noqa: S608
+        fetch(_PARTITION_UNLINK.format(p=p), [kept], prepare=False)
+        if not partitions.drop(start, keep=kept):
+            return deleted  # the lock was busy: the rest waits for the next prune
+        deleted += total - len(kept)
+    # Only a partition that exists will be dropped: runs of that range held by DEFAULT go.
+    straddling = partitions.start_of(cutoff)
+    waits = not exact and straddling in partitions.starts()
+    spared = (straddling, straddling + partitions.WIDTH) if waits else None
+    return deleted + _prune_postgresql(cutoff, keep, floors, spared)
 
 
 def end_signing_grace(*, now: datetime) -> int:

@@ -37,7 +37,7 @@ class Command(BaseCommand):
         )
         # prune_runs deletes what started before ``now - retention``; shifting ``now``
         # moves that cutoff to ``now - older_than`` without a second copy of the rules.
-        deleted = prune_runs(now=now - older_than + retention)
+        deleted = prune_runs(now=now - older_than + retention, exact=True)
         self.stdout.write(
             f"Deleted {deleted} run(s) that started before {now - older_than:%Y-%m-%d %H:%M} UTC."
         )

@@ -1,0 +1,173 @@
+"""Run history partitioned by week on PostgreSQL (issue 23), so retention drops a whole
+week's table instead of deleting its rows one by one (no row-by-row CPU, no vacuum, no
+bloat).
+
+``endpoints_run`` is partitioned by ``RANGE (scheduled_for)`` (migration 0015): the column
+every exactly-once unique constraint already holds, so the constraints stay as they were.
+One partition per ``WIDTH`` (a week, Monday 00:00 UTC to Monday), named after its first
+day (``endpoints_run_p20261123``), created ahead by the hourly maintenance
+(``maintenance.prune_runs``); a DEFAULT partition takes any row whose week has no
+partition yet, so an insert never fails when maintenance fell behind. SQLite keeps the
+plain table: every function here is only called when :func:`partitioned` says so.
+
+Why a week and not a day (bench/README.md "Issue 23: partitioned history"): a query
+that is not bounded by ``scheduled_for``, as every "latest runs of an endpoint" is, is
+planned and run against every partition; over a month, days (≈ 40 partitions) cost it
+≈ 6 ms of planning and 1 to 2 ms of execution, weeks (≈ 7) ≈ 1 ms and 0.3 ms. The price:
+runs stay up to a week past the retention (a drop takes whole weeks).
+
+Each change of the partition set is one short transaction that waits at most
+``LOCK_TIMEOUT`` for its lock: attaching and detaching lock the parent (detaching
+exclusively), and a lock request queued behind a long query would stall every insert
+queued behind it. Failing that, the next hour tries again.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from datetime import UTC, date, datetime, time, timedelta
+
+from django.db import OperationalError, connection, transaction
+from django.db.backends.utils import CursorWrapper
+
+from endpoints.engine.logs import log_event
+
+TABLE = "endpoints_run"
+DEFAULT = "endpoints_run_default"
+WIDTH = timedelta(days=7)
+AHEAD = 2  # partitions made beyond the current one: always at least a week ahead
+LOCK_TIMEOUT = "5s"
+_PREFIX = "endpoints_run_p"
+_EPOCH = datetime(2001, 1, 1, tzinfo=UTC)  # a Monday: partitions start on Mondays
+
+
+# ATTACH gives the partition an index per index of the table, named by PostgreSQL
+# (``endpoints_run_p20310310_endpoint_id_scheduled_for_idx``); renamed after the table's
+# (``endpoints_run_one_per_slot_p20310310``) so that an error still names the constraint.
+_INDEXES_OF = """
+SELECT c.relname, p.relname FROM pg_index AS x
+JOIN pg_class AS c ON c.oid = x.indexrelid
+JOIN pg_inherits AS i ON i.inhrelid = x.indexrelid JOIN pg_class AS p ON p.oid = i.inhparent
+WHERE x.indrelid = to_regclass(%s) AND NOT x.indisprimary
+"""
+
+
+def partitioned() -> bool:
+    """Whether the history is the partitioned table (PostgreSQL after migration 0015)."""
+    if connection.vendor != "postgresql":
+        return False
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT 1 FROM pg_partitioned_table WHERE partrelid = to_regclass(%s)", [TABLE]
+        )
+        return cursor.fetchone() is not None
+
+
+def start_of(at: datetime) -> datetime:
+    """The lower bound of the partition that holds ``at``."""
+    return _EPOCH + ((at - _EPOCH) // WIDTH) * WIDTH
+
+
+def name_of(start: datetime) -> str:
+    return f"{_PREFIX}{start:%Y%m%d}"
+
+
+def starts() -> list[datetime]:
+    """The lower bounds of the partitions there are, oldest first (from our own names)."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT c.relname FROM pg_inherits AS i JOIN pg_class AS c ON c.oid = i.inhrelid"
+            " WHERE i.inhparent = to_regclass(%s) AND c.relname LIKE %s",
+            [TABLE, f"{_PREFIX}%"],
+        )
+        names = [row[0] for row in cursor.fetchall()]
+    return sorted(
+        datetime.combine(date.fromisoformat(n.removeprefix(_PREFIX)), time(), tzinfo=UTC)
+        for n in names
+    )
+
+
+def create_ahead(*, now: datetime) -> list[datetime]:
+    """Create the current partition and the next ``AHEAD`` that are missing; returns the
+    lower bounds of those created. Stops at the first that cannot take its lock."""
+    have = set(starts())
+    created = []
+    for start in (start_of(now) + k * WIDTH for k in range(AHEAD + 1)):
+        if start in have:
+            continue
+        if not create(start):
+            break
+        created.append(start)
+    return created
+
+
+def create(start: datetime) -> bool:
+    """Create the partition from ``start``, moving into it the rows the DEFAULT partition
+    already holds for its range (PostgreSQL refuses to attach a range the default has
+    rows of).
+    Created apart and then attached: ``ATTACH`` takes a lock on the parent that inserts
+    and reads pass, where ``CREATE TABLE … PARTITION OF`` would block them."""
+    name = name_of(start)
+    bounds = [start, start + WIDTH]
+    try:
+        with transaction.atomic(), connection.cursor() as cursor:
+            _bounded_wait(cursor)
+            # Nothing may enter the default for this range between the move and the attach.
+            cursor.execute(f"LOCK TABLE {DEFAULT} IN ACCESS EXCLUSIVE MODE")
+            cursor.execute(
+                f"CREATE TABLE {name} (LIKE {TABLE} INCLUDING DEFAULTS INCLUDING CONSTRAINTS)"
+            )
+            cursor.execute(
+                f"WITH moved AS (DELETE FROM {DEFAULT} WHERE scheduled_for >= %s"  # noqa: S608 - our names
+                f" AND scheduled_for < %s RETURNING *) INSERT INTO {name} SELECT * FROM moved",
+                bounds,
+            )
+            moved = cursor.rowcount
+            cursor.execute(
+                f"ALTER TABLE {TABLE} ATTACH PARTITION {name} FOR VALUES FROM (%s) TO (%s)",
+                bounds,
+            )
+            cursor.execute(_INDEXES_OF, [name])
+            for index, of_table in cursor.fetchall():
+                suffix = name.removeprefix(TABLE)
+                cursor.execute(f'ALTER INDEX "{index}" RENAME TO "{of_table}{suffix}"')
+    except OperationalError as error:  # the lock wait ran out: the next hour tries again
+        log_event(logging.WARNING, f"run partition {name} not created yet: {error}")
+        return False
+    if moved:
+        log_event(logging.INFO, f"run partition {name} created with {moved} run(s) from default")
+    return True
+
+
+def older_than(cutoff: datetime) -> list[datetime]:
+    """The lower bounds of the partitions that end at or before ``cutoff``."""
+    return [start for start in starts() if start + WIDTH <= cutoff]
+
+
+def drop(start: datetime, *, keep: Sequence[int]) -> bool:
+    """Drop the partition from ``start``, first moving the runs ``keep`` names (by id)
+    back into the table: with their partition detached they land in the DEFAULT
+    partition, ids intact. False when the lock could not be had (nothing changed)."""
+    name = name_of(start)
+    try:
+        with transaction.atomic(), connection.cursor() as cursor:
+            _bounded_wait(cursor)
+            cursor.execute(f"ALTER TABLE {TABLE} DETACH PARTITION {name}")
+            cursor.execute(
+                f"INSERT INTO {TABLE} SELECT * FROM {name} WHERE id = ANY(%s)",  # noqa: S608
+                [list(keep)],
+            )
+            cursor.execute(f"DROP TABLE {name}")
+    except OperationalError as error:
+        log_event(logging.WARNING, f"run partition {name} not dropped yet: {error}")
+        return False
+    return True
+
+
+def _bounded_wait(cursor: CursorWrapper) -> None:
+    # A caller's transaction (a test's) may hold deferred foreign-key checks on the
+    # history, and ALTER TABLE refuses to run with pending trigger events: run them now.
+    # Outside such a transaction both statements are free.
+    cursor.execute("SET CONSTRAINTS ALL IMMEDIATE")
+    cursor.execute(f"SET LOCAL lock_timeout = '{LOCK_TIMEOUT}'")
