@@ -112,7 +112,7 @@ def unpartition(apps, schema_editor):
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("endpoints", "0014_run_policies"),
+        ("endpoints", "0016_policy_windows"),
     ]
 
     operations = [
