@@ -123,6 +123,55 @@ def test_a_retry_needs_a_new_claim_and_says_why_the_first_run_was_lost(make_endp
     assert execute_claim(first) is None and execute_claim(second) is None
 
 
+def test_a_stalled_worker_whose_lease_expired_cannot_finish_its_run_after_the_release(
+    make_endpoint, target
+):
+    """The worker called the endpoint, then stalled past its lease before writing. The
+    release marks its run lost, so its late outcome changes nothing and the next claim
+    retries a lost run; before, the late finish won and a completed slot ran again."""
+    endpoint = make_endpoint(url=target.url("/"))
+    [first] = due_claims(endpoint)
+    called = running.call_claim(first)  # the request is done; the worker stops here
+    assert isinstance(called, outcomes.Outcome)
+    lease_end = Slot.objects.get(pk=endpoint.pk).locked_until
+
+    [second] = claim_due_endpoints(now=lease_end, limit=10, horizon_ms=0)
+    running.record_outcomes([called])  # the worker wakes up and writes what it has
+
+    lost = Run.objects.get(pk=called.run.pk)
+    assert lost.status == RunStatus.LOST and "lease expired" in lost.error
+    assert Slot.objects.get(pk=endpoint.pk).claim_token == second.claim_token
+    retry = execute_claim(second)
+    assert retry is not None
+    assert (retry.trigger, retry.attempt, retry.retry_of_id) == (RunTrigger.RETRY, 2, lost.pk)
+
+
+def test_a_slot_whose_run_is_being_written_is_not_released_until_that_write_ends(
+    transactional_db, make_endpoint
+):
+    endpoint = make_endpoint()
+    [first] = due_claims(endpoint)
+    [started] = start_claims([first])
+    assert started is not None
+    lease_end = Slot.objects.get(pk=endpoint.pk).locked_until
+    writer = connections.create_connection("default")
+    try:
+        writer.set_autocommit(False)
+        with writer.cursor() as cursor:  # the run's worker, writing its outcome right now
+            cursor.execute(
+                "UPDATE endpoints_run SET status = %s WHERE id = %s",
+                [RunStatus.SUCCESS, started.run.pk],
+            )
+        assert claim_due_endpoints(now=lease_end, limit=10, horizon_ms=0) == []
+        assert Slot.objects.get(pk=endpoint.pk).claim_token == first.claim_token
+        writer.rollback()  # that write never lands: the next tick releases and retries
+    finally:
+        writer.close()
+    [second] = claim_due_endpoints(now=lease_end, limit=10, horizon_ms=0)
+    assert second.claim_token != first.claim_token
+    assert Run.objects.get(pk=started.run.pk).status == RunStatus.LOST
+
+
 def test_a_retry_after_a_lost_lease_is_one_attempt_of_the_slot_and_the_policy_goes_on_after_it(
     job, make_endpoint, target
 ):

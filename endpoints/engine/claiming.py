@@ -30,6 +30,8 @@ from endpoints.models import (
     Heartbeat,
     Job,
     JobStatus,
+    Run,
+    RunStatus,
     RunTrigger,
     Slot,
     Source,
@@ -177,15 +179,39 @@ RETURNING s.endpoint_id, s.claim_token, s.next_run_at, s.next_run_source
 # Expired leases (no live process renewed them: a worker died or stalled) go back to the
 # claimable index here, through the ``endpoints_slot_leased`` index, so the claim
 # itself only ever scans ``endpoints_slot_claimable``: O(expired), usually nothing.
+# Releasing an expired lease first marks the claim's run lost, so that the worker that
+# held it, if it was only stalled, can no longer finish it (its finish requires
+# ``running``, and its reschedule goes in the same transaction as its finish): the slot's
+# next claim then retries a lost run, never one that completed. A run locked by a
+# transaction (its worker is writing its outcome right now) is skipped, and its slot is
+# not released while the run is still ``running``: that worker reschedules it, or the
+# next tick releases it. Runs first, then slots, the order the workers' writes take.
+_PG_LOSE_EXPIRED_RUNS = """
+UPDATE endpoints_run SET status = %(lost)s, finished_at = %(now)s, error = %(why)s
+WHERE id IN (
+    SELECT r.id FROM endpoints_slot AS s
+    JOIN endpoints_run AS r ON r.endpoint_id = s.endpoint_id AND r.claim_token = s.claim_token
+    WHERE s.claim_token IS NOT NULL AND s.locked_until <= %(now)s AND r.status = %(running)s
+    FOR UPDATE OF r SKIP LOCKED
+)
+"""
 _PG_RELEASE_EXPIRED = """
-UPDATE endpoints_slot SET claim_token = NULL, locked_until = NULL
-WHERE endpoint_id IN (
+UPDATE endpoints_slot AS s SET claim_token = NULL, locked_until = NULL
+WHERE s.endpoint_id IN (
     SELECT endpoint_id FROM endpoints_slot
     WHERE claim_token IS NOT NULL AND locked_until <= %(now)s
     FOR UPDATE SKIP LOCKED
+) AND NOT EXISTS (
+    SELECT 1 FROM endpoints_run AS r
+    WHERE r.endpoint_id = s.endpoint_id AND r.claim_token = s.claim_token
+    AND r.status = %(running)s
 )
-RETURNING endpoint_id
+RETURNING s.endpoint_id
 """
+EXPIRED_RUN_ERROR = (
+    "Lost: its lease expired without being renewed (the worker died, stalled or lost the "
+    "database before the run was recorded). The slot is retried."
+)
 
 
 def claim_due_endpoints(*, now: datetime, limit: int, horizon_ms: int) -> list[Claim]:
@@ -237,8 +263,27 @@ def _claim_postgresql(params: dict[str, Any]) -> list[tuple[Any, ...]]:
 
 
 def release_expired_postgresql(now: datetime) -> None:
-    for (endpoint_id,) in sql.fetch(_PG_RELEASE_EXPIRED, {"now": now}, prepare=False):
+    params = {
+        "now": now,
+        "lost": RunStatus.LOST.value,
+        "running": RunStatus.RUNNING.value,
+        "why": EXPIRED_RUN_ERROR,
+    }
+    sql.fetch(_PG_LOSE_EXPIRED_RUNS, params, prepare=False)
+    for (endpoint_id,) in sql.fetch(_PG_RELEASE_EXPIRED, params, prepare=False):
         log_event(logging.WARNING, "lease expired; released for a retry", endpoint_id=endpoint_id)
+
+
+def release_expired_portable(now: datetime) -> None:
+    """The same where one transaction writes at a time (SQLite: no run is being written
+    by another transaction meanwhile)."""
+    expired = Slot.objects.filter(claim_token__isnull=False, locked_until__lte=now)
+    for endpoint_id, token in expired.values_list("pk", "claim_token"):
+        Run.objects.filter(
+            endpoint_id=endpoint_id, claim_token=token, status=RunStatus.RUNNING
+        ).update(status=RunStatus.LOST, finished_at=now, error=EXPIRED_RUN_ERROR)
+        log_event(logging.WARNING, "lease expired; released for a retry", endpoint_id=endpoint_id)
+    expired.update(claim_token=None, locked_until=None)
 
 
 def _claim_portable(params: dict[str, Any]) -> list[tuple[Any, ...]]:
@@ -248,10 +293,7 @@ def _claim_portable(params: dict[str, Any]) -> list[tuple[Any, ...]]:
     the write lock from its first statement and no other claimer can interleave.
     """
     now = params["now"]
-    expired = Slot.objects.filter(claim_token__isnull=False, locked_until__lte=now)
-    for endpoint_id in expired.values_list("pk", flat=True):
-        log_event(logging.WARNING, "lease expired; released for a retry", endpoint_id=endpoint_id)
-    expired.update(claim_token=None, locked_until=None)
+    release_expired_portable(now)
 
     due = Slot.objects.filter(
         claim_token__isnull=True, next_run_at__lte=params["due_by"], job__status=JobStatus.ACTIVE

@@ -15,14 +15,17 @@ from django.db import (
 )
 
 from endpoints.engine import metrics, partitions
-from endpoints.engine.claiming import release_expired_postgresql
+from endpoints.engine.claiming import (
+    EXPIRED_RUN_ERROR,
+    release_expired_portable,
+    release_expired_postgresql,
+)
 from endpoints.engine.logs import log_event
 from endpoints.engine.sql import fetch
 from endpoints.models import (
     Heartbeat,
     Run,
     RunStatus,
-    Slot,
     Tenant,
 )
 
@@ -33,18 +36,13 @@ def sweep_zombies(*, now: datetime) -> int:
     """Runs still ``running`` past their lease become ``lost``; expired leases are released."""
     threshold = now - timedelta(seconds=settings.CRONICORN_ZOMBIE_THRESHOLD_SECONDS)
     lost = Run.objects.stale(now=threshold).update(
-        status=RunStatus.LOST,
-        finished_at=now,
-        error="Lost: its lease expired without being renewed (the worker died, stalled or "
-        "lost the database before the run was recorded). The slot is retried.",
+        status=RunStatus.LOST, finished_at=now, error=EXPIRED_RUN_ERROR
     )
     with transaction.atomic():
         if connection.vendor == "postgresql":
             release_expired_postgresql(now)
         else:
-            Slot.objects.filter(claim_token__isnull=False, locked_until__lte=now).update(
-                claim_token=None, locked_until=None
-            )
+            release_expired_portable(now)
     metrics.record_zombies(lost)
     if lost:
         log_event(logging.WARNING, f"{lost} run(s) past their lease marked lost")

@@ -33,7 +33,7 @@ from django.utils import timezone
 
 from endpoints import policies
 from endpoints.engine import metrics, sql
-from endpoints.engine.claiming import Claim, release_claims
+from endpoints.engine.claiming import EXPIRED_RUN_ERROR, Claim, release_claims
 from endpoints.engine.executor import (
     HttpRequest,
     HttpResult,
@@ -579,8 +579,13 @@ def _latest_attempt(endpoint_id: int, scheduled_for: datetime) -> Run | None:
 
 
 def _mark_lost(run: Run, now: datetime, why: str) -> None:
+    """The run is lost, and its record says why and which claim retried it (the release
+    of its lease may have marked it lost already, without naming the retry)."""
     Run.objects.filter(pk=run.pk, status=RunStatus.RUNNING).update(
         status=RunStatus.LOST, finished_at=now, error=f"Lost: {why}."
+    )
+    Run.objects.filter(pk=run.pk, status=RunStatus.LOST, error=EXPIRED_RUN_ERROR).update(
+        error=f"Lost: {why}."
     )
 
 
