@@ -600,7 +600,7 @@ class Run(models.Model):
         related_name="retries",
         db_index=False,  # endpoints_run_retries holds the few runs that are retries
         # No constraint in the database: on PostgreSQL the history is partitioned and
-        # ``id`` alone is no longer a unique key (migration 0015). Django still sets it
+        # ``id`` alone is no longer a unique key (migration 0017). Django still sets it
         # NULL when the run it names is deleted; retention unlinks retries itself.
         db_constraint=False,
     )

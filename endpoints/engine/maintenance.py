@@ -72,7 +72,7 @@ def prune_runs(*, now: datetime, exact: bool = False) -> int:
     elif partitions.partitioned():
         partitions.create_ahead(now=now)
         deleted = _prune_partitions(cutoff, keep, exact=exact)
-    else:  # migration 0015 not applied yet (it rewrites the table: a maintenance window)
+    else:  # migration 0017 not applied yet (it rewrites the table: a maintenance window)
         deleted = _prune_postgresql(cutoff, keep, fetch(_PRUNE_FLOORS, [keep - 1, cutoff]))
     if deleted:
         log_event(logging.INFO, f"pruned {deleted} run(s) that started before {cutoff:%Y-%m-%d}")

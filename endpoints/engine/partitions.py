@@ -2,7 +2,7 @@
 week's table instead of deleting its rows one by one (no row-by-row CPU, no vacuum, no
 bloat).
 
-``endpoints_run`` is partitioned by ``RANGE (scheduled_for)`` (migration 0015): the column
+``endpoints_run`` is partitioned by ``RANGE (scheduled_for)`` (migration 0017): the column
 every exactly-once unique constraint already holds, so the constraints stay as they were.
 One partition per ``WIDTH`` (a week, Monday 00:00 UTC to Monday), named after its first
 day (``endpoints_run_p20261123``), created ahead by the hourly maintenance
@@ -54,7 +54,7 @@ WHERE x.indrelid = to_regclass(%s) AND NOT x.indisprimary
 
 
 def partitioned() -> bool:
-    """Whether the history is the partitioned table (PostgreSQL after migration 0015)."""
+    """Whether the history is the partitioned table (PostgreSQL after migration 0017)."""
     if connection.vendor != "postgresql":
         return False
     with connection.cursor() as cursor:
