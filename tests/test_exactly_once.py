@@ -185,4 +185,11 @@ def test_a_worker_killed_mid_request_loses_the_run_and_the_slot_runs_again_after
     assert second_hit.at >= lost.lease_expires_at.timestamp()
     endpoint.refresh_from_db()
     assert endpoint.claim_token is None
-    assert endpoint.next_run_at == retry.started_at + timedelta(hours=1)
+    # Start to start, or from the slot when the retry started only a little late (the
+    # phase rule, outcomes.keep_phase): on a quiet machine it starts within 5 s of it.
+    hour = timedelta(hours=1)
+    planned = retry.started_at + hour
+    late = retry.started_at - retry.scheduled_for
+    if timedelta(0) < late <= min(PHASE_KEEP_MAX, hour * PHASE_KEEP_FRACTION):
+        planned -= late
+    assert endpoint.next_run_at == planned
