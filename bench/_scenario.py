@@ -71,6 +71,10 @@ class Params:
     live_channel: bool = False  # a webhook channel to a receiver timing each alert
     database_suffix: str = ""
     profile: bool = False  # py-spy and pg_stat_statements over the window (bench/_profile.py)
+    # An outage after the window (Celery): the beat stopped (SIGSTOP) for ``outage``
+    # seconds, so nothing is claimed, then resumed and watched for ``after_outage`` s.
+    outage: float = 0.0
+    after_outage: float = 60.0
 
     def database_url(self) -> str:
         if self.database == "sqlite":
@@ -325,15 +329,25 @@ def alert_figures(start: datetime, end: datetime) -> dict[str, Any]:
     }
 
 
-def make_due(params: Params, start: datetime) -> None:
-    """Spread the first runs evenly over one interval from ``start``: a steady rate."""
+def make_due(params: Params) -> datetime:
+    """Spread the first runs evenly over one interval from a second from now (returned):
+    a steady rate. The spread is written far ahead, then moved to its start by one
+    statement, so that the first slots are not already late by the time a bulk update of
+    20 000 rows takes."""
+    from django.db.models import F
+    from django.utils import timezone
+
     from endpoints.models import Slot
 
+    base = timezone.now() + FAR_FUTURE
     slots = list(Slot.objects.order_by("pk").only("pk"))
     step = params.interval_ms / len(slots)
     for i, slot in enumerate(slots):
-        slot.next_run_at = start + timedelta(milliseconds=i * step)
+        slot.next_run_at = base + timedelta(milliseconds=i * step)
     Slot.objects.bulk_update(slots, ["next_run_at"], batch_size=1000)
+    start = timezone.now() + timedelta(seconds=1)
+    Slot.objects.update(next_run_at=F("next_run_at") - (base - start))
+    return start
 
 
 def raw_http_ceiling(url: str, threads: int, seconds: float) -> dict[str, float]:
@@ -516,7 +530,6 @@ def fleet_state(now: datetime) -> dict[str, Any]:
 
 
 def run(params: Params) -> dict[str, Any]:
-    from django.utils import timezone
 
     url = params.database_url()
     env = bench_env(
@@ -549,8 +562,7 @@ def run(params: Params) -> dict[str, Any]:
         pids = {"server": server.pid, **starter(params, procs)}
         if (redis := redis_pid()) and params.mode == "celery":
             pids["redis (shared)"] = redis
-        start = timezone.now() + timedelta(seconds=1)
-        make_due(params, start)
+        start = make_due(params)
         window_start = start + timedelta(seconds=params.warmup)
         window_end = window_start + timedelta(seconds=params.window)
         _sleep_until(window_start)
@@ -571,9 +583,12 @@ def run(params: Params) -> dict[str, Any]:
         result["load_during"] = load()
         _sleep_until(window_end + timedelta(seconds=2))  # let runs of the window finish
         result.update(window_figures(window_start, window_end))
+        rate = params.n * 1000 / params.interval_ms
         result["per_second"] = per_second_figures(
-            start, window_end, on_time_ms=100.0, expected_per_s=params.n * 1000 / params.interval_ms
+            start, window_end, on_time_ms=100.0, expected_per_s=rate
         )
+        if params.outage and params.mode == "celery":
+            result["outage"] = outage(procs.children["beat"], params, rate)
         result.update(alert_figures(window_start, window_end))
         if receiver:
             result.update(alert_delays(receiver.received, params.after_failures))
@@ -582,6 +597,33 @@ def run(params: Params) -> dict[str, Any]:
         result["cpu"] = _cpu_report(cpu, result["runs_finished"], params.window)
         result["alive"] = {name: child.poll() is None for name, child in procs.children.items()}
     return result
+
+
+def outage(beat: subprocess.Popen[bytes], params: Params, rate: float) -> dict[str, Any]:
+    """Stop the beat for ``params.outage`` seconds (no tick: nothing claimed, every slot
+    due meanwhile waits), resume it, and report lateness per second due from the outage's
+    start and how long after the resume the fleet was on time again."""
+    from django.utils import timezone
+
+    stopped = timezone.now()
+    os.killpg(beat.pid, signal.SIGSTOP)
+    try:
+        time.sleep(params.outage)
+    finally:
+        os.killpg(beat.pid, signal.SIGCONT)
+    resumed = timezone.now()
+    end = resumed + timedelta(seconds=params.after_outage)
+    _sleep_until(end + timedelta(seconds=2))
+    figures = per_second_figures(resumed, end, on_time_ms=100.0, expected_per_s=rate)
+    # Slots due during the outage, by when they started after it.
+    during = per_second_figures(stopped, resumed, on_time_ms=100.0, expected_per_s=rate)
+    return {
+        "seconds": params.outage,
+        "slots_due_during": sum(s["due"] for s in during["seconds"]),
+        "after": figures["seconds"],
+        "on_time_after_resume_s": figures["on_time_after_s"],
+        **window_figures(resumed + timedelta(seconds=params.after_outage / 2), end),
+    }
 
 
 def _cpu_report(cpu: dict[str, float], runs: int, window: float) -> dict[str, Any]:
@@ -605,7 +647,13 @@ def _sleep_until(moment: datetime) -> None:
 
 def run_in_subprocess(params: Params, *, timeout: float | None = None) -> dict[str, Any]:
     """Run one scenario in a child process and return its JSON result."""
-    budget = timeout or params.warmup + params.window + params.ceiling_seconds + 180
+    budget = timeout or (
+        params.warmup
+        + params.window
+        + params.ceiling_seconds
+        + 180
+        + (params.outage + params.after_outage if params.outage else 0)
+    )
     done = subprocess.run(
         [sys.executable, str(Path(__file__)), json.dumps(asdict(params))],
         cwd=ROOT,

@@ -12,6 +12,10 @@ lateness per second due from the fleet's first slot (``--per-second`` prints eve
 second: slots due, mean, p99, max) and the time until on time (from then on every
 second's p99 under 100 ms).
 
+``--outage S`` (Celery) then stops the beat for S seconds, so nothing is claimed, resumes
+it and reports the time until on time again after the resume, per second with
+``--per-second``, and the second half of ``--after-outage`` (60 s) as a steady state.
+
 ``--lead`` adds a what-if for each scenario: ticks every 0.5 s with the 1 s horizon
 (bench/whatif_settings.py), so every slot is claimed at least 0.5 s before it is due.
 
@@ -44,9 +48,12 @@ def params_for(name: str, args: argparse.Namespace, *, lead: bool) -> Params:
         threads=args.threads,
         in_flight=args.in_flight,
         batch=args.batch,
+        workers=args.workers,
         label=f"{name} lead 0.5s" if lead else name,
         extra_env=WHAT_IF_LEAD if lead else {},
         profile=args.profile,
+        outage=args.outage,
+        after_outage=args.after_outage,
     )
 
 
@@ -75,6 +82,25 @@ def fleet_says(fleet: dict[str, Any] | None) -> str:
     return f"behind {fleet['behind_seconds']} s" if fleet["fleet_behind"] else "keeping up"
 
 
+def print_outage(label: str, outage: dict[str, Any], per_second: bool) -> None:
+    after = outage["on_time_after_resume_s"]
+    said = "not within the watch" if after is None else f"{after} s after the resume"
+    late = outage["lateness_ms"]
+    print(
+        f"{label}: beat stopped {outage['seconds']} s ({outage['slots_due_during']} slots due"
+        f" meanwhile); on time (p99 < 100 ms every second) {said}; second half of the watch:"
+        f" p50 {late['p50']} ms, p99 {late['p99']} ms, {outage['slots_started']} slots"
+    )
+    if per_second:
+        print_table(
+            ["second after resume", "slots", "mean ms", "p99 ms", "max ms"],
+            [
+                [s["second"], s["due"], s["mean_ms"], s["p99_ms"], s["max_ms"]]
+                for s in outage["after"]
+            ],
+        )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--n", type=int, default=200)
@@ -84,15 +110,25 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=16, help="of the raw HTTP ceiling")
     parser.add_argument("--in-flight", type=int, default=200, help="CRONICORN_MAX_IN_FLIGHT")
     parser.add_argument("--batch", type=int, default=5000, help="CRONICORN_BATCH_SIZE")
+    parser.add_argument("--workers", type=int, default=1, help="Celery execute worker processes")
     parser.add_argument("--only", default=",".join(SCENARIOS))
     parser.add_argument("--lead", action="store_true", help="also claim 0.5 s ahead")
     parser.add_argument("--per-second", action="store_true", help="print lateness per second")
     parser.add_argument(
         "--profile", action="store_true", help="py-spy and pg_stat_statements over the window"
     )
+    parser.add_argument(
+        "--outage",
+        type=float,
+        default=0.0,
+        help="after the window, stop the Celery beat this many seconds (nothing claimed)",
+    )
+    parser.add_argument("--after-outage", type=float, default=60.0, help="seconds watched after")
     args = parser.parse_args()
     if not (1 <= args.n <= 20_000 and args.interval_ms >= 1000 and 1 <= args.window <= 300):
         raise SystemExit("Keep --n within 1..20000, --interval-ms >= 1000, --window 1..300 s.")
+    if not (0 <= args.outage <= 600 and 10 <= args.after_outage <= 300):
+        raise SystemExit("Keep --outage within 0..600 s and --after-outage within 10..300 s.")
 
     plans = [params_for(name, args, lead=False) for name in args.only.split(",")]
     if args.lead:
@@ -133,6 +169,8 @@ def main() -> None:
                     for s in figures.get("seconds", [])
                 ],
             )
+        if "outage" in result:
+            print_outage(result["params"]["label"], result["outage"], args.per_second)
         if "profile" in result:
             print_profile(result["params"]["label"], result["profile"], print_table)
     print(f"\ntarget: p99 under {TARGET_P99_MS:.0f} ms at a steady 200 runs/s")

@@ -5,14 +5,18 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 
-from endpoints.engine.outcomes import PHASE_KEEP_FRACTION, PHASE_KEEP_MAX
 from endpoints.models import Run
 
 
-def planned_after(run: Run, interval: timedelta) -> datetime:
-    """Start to start, or from the slot when the run started a little late
-    (``endpoints.engine.outcomes.keep_phase``; minimum intervals not in play)."""
+def planned_after(run: Run, interval: timedelta, floor: timedelta = timedelta(0)) -> datetime:
+    """Start to start when on time; a late run's next slot of its own phase at least half
+    an interval (and the minimum intervals, ``floor``) after its start
+    (``endpoints.engine.outcomes.keep_phase``)."""
     late = run.started_at - run.scheduled_for
-    if timedelta(0) < late <= min(PHASE_KEEP_MAX, interval * PHASE_KEEP_FRACTION):
-        return run.scheduled_for + interval
-    return run.started_at + interval
+    gap = max(interval / 2, floor)
+    if late <= timedelta(0) or gap >= interval:
+        return run.started_at + interval
+    planned = run.scheduled_for + interval
+    while planned < run.started_at + gap:
+        planned += interval
+    return planned

@@ -14,7 +14,6 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from endpoints.engine.outcomes import PHASE_KEEP_FRACTION, PHASE_KEEP_MAX
 from endpoints.models import Endpoint, Heartbeat, Run, RunStatus, RunTrigger, Slot
 from tests.engine_processes import (
     celery_worker,
@@ -27,6 +26,7 @@ from tests.engine_processes import (
     wait_until,
 )
 from tests.http_targets import TargetServer
+from tests.planning import planned_after
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
@@ -110,13 +110,10 @@ def test_three_tick_loops_and_two_workers_run_500_endpoints_exactly_once_per_slo
         assert mine[0].scheduled_for == endpoint.next_run_at
         for earlier, later in itertools.pairwise(mine):
             assert earlier.finished_at <= later.started_at, "two runs in flight at once"
-            # Start to start (from the end if slower than the interval): no slot skipped,
-            # none added, whatever the load.
-            planned = earlier.started_at + interval
-            late = earlier.started_at - earlier.scheduled_for
-            bound = min(PHASE_KEEP_MAX, interval * PHASE_KEEP_FRACTION)
-            if timedelta(0) < late <= bound and planned - late >= earlier.started_at + floor:
-                planned -= late  # a little late: the slot's phase kept (outcomes.keep_phase)
+            # Start to start, a late run on its own phase (from the end if slower than the
+            # interval): no slot skipped but the ones the phase rule skips, none added,
+            # whatever the load.
+            planned = planned_after(earlier, interval, floor)
             if planned <= earlier.finished_at:
                 planned = earlier.finished_at + interval
             assert later.scheduled_for == planned
@@ -185,11 +182,8 @@ def test_a_worker_killed_mid_request_loses_the_run_and_the_slot_runs_again_after
     assert second_hit.at >= lost.lease_expires_at.timestamp()
     endpoint.refresh_from_db()
     assert endpoint.claim_token is None
-    # Start to start, or from the slot when the retry started only a little late (the
-    # phase rule, outcomes.keep_phase): on a quiet machine it starts within 5 s of it.
-    hour = timedelta(hours=1)
-    planned = retry.started_at + hour
-    late = retry.started_at - retry.scheduled_for
-    if timedelta(0) < late <= min(PHASE_KEEP_MAX, hour * PHASE_KEEP_FRACTION):
-        planned -= late
+    # The retry started late, after the lease expired: its next run is the slot's phase
+    # (outcomes.keep_phase), the next hour.
+    planned = planned_after(retry, timedelta(hours=1))
+    assert planned == retry.scheduled_for + timedelta(hours=1)
     assert endpoint.next_run_at == planned

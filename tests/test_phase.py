@@ -1,6 +1,8 @@
-"""Phases kept under load (issue 23): a scheduled interval run that started a little late
-plans its next run from its slot, so a cohort delayed together does not stay bunched;
-beyond the bounds, and for everything but the baseline interval, start to start as before.
+"""Phases kept under load (issue 23): a scheduled interval run that started late plans
+its next run on its slot's phase (the first ``slot + k * interval`` at least half an
+interval after its start), so a cohort delayed together (a busy second, a cold start, an
+outage) does not stay bunched; on time, and for everything but the baseline interval,
+start to start as before.
 
 The clock is simulated (time-machine), the HTTP calls are real.
 """
@@ -45,17 +47,47 @@ def test_a_run_a_little_late_plans_from_its_slot(make_endpoint, target, time_mac
     )
 
 
-def test_a_run_on_time_or_later_than_the_bounds_plans_from_its_start(
+def test_a_run_later_than_half_its_interval_skips_to_its_next_phase(
     make_endpoint, target, time_machine
 ):
     time_machine.move_to(START, tick=False)
-    # 10 s interval: at most a tenth (1 s) is taken back; 2 s late is past that.
-    endpoint = make_endpoint(url=target.url("/"), baseline_interval_ms=10_000, next_run_at=START)
-
+    a_bit = make_endpoint(url=target.url("/"), baseline_interval_ms=10_000, next_run_at=START)
     [run] = run_late(time_machine, 2 * S)
+    a_bit.refresh_from_db()
+    assert run.started_at == START + 2 * S
+    assert a_bit.next_run_at == START + 10 * S  # 8 s after the start: still its phase
 
-    endpoint.refresh_from_db()
-    assert endpoint.next_run_at == run.started_at + 10 * S
+    time_machine.move_to(START, tick=False)
+    very = make_endpoint(url=target.url("/"), baseline_interval_ms=10_000, next_run_at=START)
+    [run] = run_late(time_machine, 7 * S)
+    very.refresh_from_db()
+    # START + 10 s would be 3 s after the start, under half the interval: the slot after.
+    assert very.next_run_at == START + 20 * S
+    assert very.next_run_source == Source.BASELINE_INTERVAL
+
+
+def test_an_outage_drains_back_to_every_endpoints_own_phase(make_endpoint, target, time_machine):
+    """After ten minutes down, 24 endpoints spread over their 24 s interval all start in
+    the same second: their next runs are spread as before, one a second."""
+    time_machine.move_to(START, tick=False)
+    phases = [k * S for k in range(24)]
+    endpoints = [
+        make_endpoint(url=target.url("/"), baseline_interval_ms=24_000, next_run_at=START - p)
+        for p in phases
+    ]
+    back = START + 10 * 60 * S
+    time_machine.move_to(back, tick=False)
+    claims = claim_due_endpoints(now=back, limit=100, horizon_ms=0)
+    started = [s for s in start_claims(claims) if s is not None]
+    assert len(started) == len(endpoints)
+    record_outcomes([s.outcome(s.call_and_wait()) for s in started])
+
+    nexts = sorted(e.__class__.objects.get(pk=e.pk).next_run_at for e in endpoints)
+    assert all(n >= back + 12 * S for n in nexts)
+    assert [(n - nexts[0]) for n in nexts] == phases  # one a second, as before the outage
+    for endpoint, phase in zip(endpoints, phases, strict=True):
+        slot = endpoint.__class__.objects.get(pk=endpoint.pk).next_run_at
+        assert (slot - (START - phase)) % (24 * S) == timedelta(0)
 
 
 def test_a_cohort_started_late_together_goes_back_to_its_own_phases(

@@ -241,8 +241,8 @@ def next_state(outcome: Outcome, endpoint: ClaimedEndpoint) -> dict[str, Any]:
                 "retry_attempt": attempt + 1,
                 "retry_of_run": first,
             }
-    # Start-to-start cadence, keeping the slot's phase when the start was a little late;
-    # a run slower than its interval plans from its end instead, or the endpoint would be
+    # Start-to-start cadence, a late run keeping its slot's phase (keep_phase); a run
+    # slower than its interval plans from its end instead, or the endpoint would be
     # due again the moment it finished (trap 3).
     plan = keep_phase(plan_next_run(started, schedule), outcome.claim, started, schedule)
     if plan.next_run_at is not None and plan.next_run_at <= finished:
@@ -258,39 +258,40 @@ def next_state(outcome: Outcome, endpoint: ClaimedEndpoint) -> dict[str, Any]:
     }
 
 
-# A scheduled interval run that started at most this late (and at most this fraction of
-# its interval) plans its next run from its slot rather than from its start.
-PHASE_KEEP_MAX = timedelta(seconds=5)
-PHASE_KEEP_FRACTION = 0.1
+# A late interval run's next run is its next slot of the same phase at least this
+# fraction of the interval after its start.
+PHASE_MIN_GAP = 0.5
 
 
 def keep_phase(plan: Plan, claim: Claim, started: datetime, schedule: EndpointSchedule) -> Plan:
-    """A baseline-interval plan moved back by the run's lateness, within bounds.
+    """A late baseline-interval run's next run on its own phase: the first of ``slot +
+    k * interval`` at least half an interval after its start (issue 23).
 
-    Planned from the late start, a cohort delayed together (a busy second, a cold start)
-    stays bunched for good: every cycle its slots fall due in the same second again, and
-    that second is late again (issue 23). Planned from the slot, each endpoint goes back
-    to its own phase. Bounded, so the cadence stays start-to-start in all but name: only
-    scheduled runs, only the baseline interval (hints, clamps, cron and pauses are
-    planned as before), at most ``PHASE_KEEP_MAX`` and ``PHASE_KEEP_FRACTION`` of the
-    interval, and never closer to the start than the minimum intervals allow. A run on
-    time (trap 2's case) or later than the bounds plans from its start, unchanged.
+    Planned from the late start, a cohort delayed together (a busy second, a cold start,
+    an outage) stays bunched for good: the backlog drains faster than the fleet's rate,
+    so every cycle its slots fall due in fewer seconds than they were spread over, and
+    those seconds are late again. Planned on the phase, like a cron, each endpoint goes
+    back to its own second however late it was. Bounded: only scheduled runs on the
+    baseline interval (hints, clamps, cron, windows, pauses and manual runs plan from
+    their start), never closer to the start than half the interval nor than the minimum
+    intervals allow; a run on time (trap 2's case) plans from its start, unchanged.
     """
     late = started - claim.scheduled_for
     if (
         claim.trigger != RunTrigger.SCHEDULED
         or plan.source != BASELINE_INTERVAL
         or plan.next_run_at is None
+        or late <= timedelta(0)
     ):
         return plan
     interval = plan.next_run_at - started
-    if not timedelta(0) < late <= min(PHASE_KEEP_MAX, interval * PHASE_KEEP_FRACTION):
-        return plan
-    kept = plan.next_run_at - late
     floor = max(schedule.min_interval_ms or 0, schedule.tenant_min_interval_ms or 0)
-    if kept < started + timedelta(milliseconds=floor):
+    gap = max(interval * PHASE_MIN_GAP, timedelta(milliseconds=floor))
+    if gap >= interval:  # a minimum interval as long as the baseline: start to start
         return plan
-    return Plan(kept, plan.source)
+    # The first slot of the phase at or after ``started + gap``.
+    cycles = -((claim.scheduled_for - (started + gap)) // interval)
+    return Plan(claim.scheduled_for + max(cycles, 1) * interval, plan.source)
 
 
 def breaker_reason(outcome: Outcome, values: Mapping[str, Any]) -> str:
