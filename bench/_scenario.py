@@ -207,7 +207,7 @@ def make_endpoints(params: Params, url: str) -> None:
             Endpoint(
                 job=job,
                 name=f"e{i}",
-                url=url,
+                url=f"{url}?e={i}",  # the target notes each endpoint's arrivals
                 baseline_interval_ms=params.interval_ms,
                 timeout_ms=5000,
                 next_run_at=later,
@@ -485,6 +485,49 @@ def window_figures(start: datetime, end: datetime) -> dict[str, Any]:
     }
 
 
+def target_figures(target: str, arrivals: Path, start: datetime, end: datetime) -> dict[str, Any]:
+    """Lateness where the call lands: each request's arrival at the target minus its
+    run's slot, for the slots scheduled in the window. A run's ``started_at`` is when the
+    engine sent the request (and before issue 23, when its Run was recorded, before the
+    request): this one counts everything between the slot and the target. The i-th
+    arrival of an endpoint is its i-th run's; an endpoint whose counts differ is left out
+    and counted."""
+    import urllib.request
+
+    from endpoints.models import Endpoint, Run
+
+    urllib.request.urlopen(target.replace("/ping", "/__arrivals"), timeout=10).read()
+    by_name: dict[str, list[float]] = {}
+    for path, at in json.loads(arrivals.read_text()):
+        if "?e=" in path:
+            by_name.setdefault("e" + path.rsplit("?e=", 1)[1], []).append(at)
+    names = dict(Endpoint.objects.values_list("pk", "name"))
+    runs: dict[int, list[datetime]] = {}
+    for endpoint_id, scheduled in Run.objects.order_by("scheduled_for").values_list(
+        "endpoint_id", "scheduled_for"
+    ):
+        runs.setdefault(endpoint_id, []).append(scheduled)
+    late_ms, mismatched = [], 0
+    for endpoint_id, slots in runs.items():
+        landed = sorted(by_name.get(names[endpoint_id], []))
+        if len(landed) != len(slots):
+            mismatched += 1
+            continue
+        late_ms += [
+            (at - slot.timestamp()) * 1000
+            for slot, at in zip(slots, landed, strict=True)
+            if start <= slot < end
+        ]
+    return {
+        "slots": len(late_ms),
+        "endpoints_left_out": mismatched,
+        "p50": round(percentile(late_ms, 0.50), 1),
+        "p95": round(percentile(late_ms, 0.95), 1),
+        "p99": round(percentile(late_ms, 0.99), 1),
+        "max": round(max(late_ms), 1) if late_ms else None,
+    }
+
+
 def per_second_figures(
     start: datetime, end: datetime, *, on_time_ms: float, expected_per_s: float
 ) -> dict[str, Any]:
@@ -544,7 +587,11 @@ def run(params: Params) -> dict[str, Any]:
     result: dict[str, Any] = {"params": asdict(params), "load_before": load()}
     with Processes(env) as procs:
         port = free_port()
-        server = procs.start("server", [sys.executable, "bench/fast_server.py", str(port)])
+        arrivals = LOGS / "arrivals.json"
+        arrivals.unlink(missing_ok=True)
+        server = procs.start(
+            "server", [sys.executable, "bench/fast_server.py", str(port), str(arrivals)]
+        )
         if not wait_until(lambda: "ready" in procs.log("server"), timeout=20):
             raise RuntimeError("the fast server did not start")
         target = f"http://127.0.0.1:{port}/ping"
@@ -583,6 +630,7 @@ def run(params: Params) -> dict[str, Any]:
         result["load_during"] = load()
         _sleep_until(window_end + timedelta(seconds=2))  # let runs of the window finish
         result.update(window_figures(window_start, window_end))
+        result["at_target"] = target_figures(target, arrivals, window_start, window_end)
         rate = params.n * 1000 / params.interval_ms
         result["per_second"] = per_second_figures(
             start, window_end, on_time_ms=100.0, expected_per_s=rate

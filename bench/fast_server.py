@@ -1,17 +1,22 @@
 """A fast local HTTP/1.1 target for the benchmarks: keep-alive, answers every request
 with a small JSON body, no framework (plain asyncio protocol), one process.
 
-    .venv/bin/python bench/fast_server.py PORT
+    .venv/bin/python bench/fast_server.py PORT [ARRIVALS_FILE]
 
-Prints ``ready`` once listening. Its cost per request is a few tens of microseconds, so
+Prints ``ready`` once listening. With ``ARRIVALS_FILE`` it notes when each request
+arrived (its path and ``time.time()``) and writes them there as JSON when asked with a
+request to ``/__arrivals``: lateness measured at the target, where the call lands.
+Its cost per request is a few tens of microseconds, so
 the benchmarks measure the scheduler, not the target.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import signal
 import sys
+import time
 
 BODY = b'{"ok": true, "items": 3}'
 RESPONSE = (
@@ -21,6 +26,8 @@ RESPONSE = (
     + BODY
 )
 MAX_HEADER = 64 * 1024
+ARRIVALS: list[tuple[str, float]] | None = None
+ARRIVALS_FILE = ""
 
 
 class Http11(asyncio.Protocol):
@@ -45,10 +52,22 @@ class Http11(asyncio.Protocol):
             length = content_length(self.buffer[:end])
             if len(self.buffer) < end + 4 + length:
                 break
+            if ARRIVALS is not None:
+                note_arrival(self.buffer[: self.buffer.find(b"\r\n")])
             self.buffer = self.buffer[end + 4 + length :]
             replies.append(RESPONSE)
         if replies:
             self.transport.write(b"".join(replies))
+
+
+def note_arrival(request_line: bytes) -> None:
+    assert ARRIVALS is not None
+    path = request_line.split(b" ")[1].decode("latin-1") if b" " in request_line else ""
+    if path == "/__arrivals":
+        with open(ARRIVALS_FILE, "w") as out:
+            json.dump(ARRIVALS, out)
+        return
+    ARRIVALS.append((path, time.time()))
 
 
 def content_length(head: bytes) -> int:
@@ -71,4 +90,6 @@ async def serve(port: int) -> None:
 
 
 if __name__ == "__main__":
+    if len(sys.argv) > 2:
+        ARRIVALS, ARRIVALS_FILE = [], sys.argv[2]
     asyncio.run(serve(int(sys.argv[1])))

@@ -161,6 +161,12 @@ def main() -> None:
         after = figures.get("on_time_after_s")
         said = "never (within the run)" if after is None else f"{after} s after the first slot"
         print(f"{result['params']['label']}: on time (p99 < 100 ms every second) {said}")
+        if at := result.get("at_target"):
+            print(
+                f"  at the target (arrival - slot): p50 {at['p50']} ms, p95 {at['p95']} ms,"
+                f" p99 {at['p99']} ms, max {at['max']} ms over {at['slots']} slots"
+                f" ({at['endpoints_left_out']} endpoints left out: counts differ)"
+            )
         if args.per_second:
             print_table(
                 ["second due", "slots", "mean ms", "p99 ms", "max ms"],

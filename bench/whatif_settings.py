@@ -1,12 +1,10 @@
 """Settings for the benchmarks' what-ifs: the product settings plus one change each,
 chosen by environment variables (set by the scripts, never in production).
 
-- ``BENCH_TICK_SECONDS`` (lateness.py ``--lead``): tick more often than the claim
-  horizon. The product keeps the horizon at or below the tick (1 s and 1 s), so a slot
-  just after a tick boundary is only claimed when that tick actually runs and starts
-  late by the tick's own latency (beat, queue, claim, commit, publish). With a 0.5 s
-  tick and the 1 s horizon every slot is claimed at least 0.5 s ahead; claims still
-  start at their ``scheduled_for`` (the dispatcher holds them), so nothing runs early.
+- ``BENCH_TICK_SECONDS`` (lateness.py ``--lead``): tick more often, with the product's
+  horizon (two ticks of the product's 1 s since issue 23; the tick before that), so
+  every slot is claimed that much further ahead; claims still start at their
+  ``scheduled_for`` (the dispatcher holds them), so nothing runs early.
 
     DJANGO_SETTINGS_MODULE=bench.whatif_settings
 """

@@ -217,16 +217,20 @@ if CELERY_BROKER_URL.startswith("redis://"):
     CELERY_BROKER_TRANSPORT = "cronicorn_site.broker:Transport"
 
 # --- Cronicorn ------------------------------------------------------------------------
-# How often celery beat sends the tick, and how far ahead (ms) a tick claims. The horizon
-# never exceeds the tick: a larger horizon makes short intervals run every tick (trap 1).
+# How often celery beat sends the tick, and how far ahead (ms) a tick claims. A claim
+# waits for its slot (the dispatcher sends each request at its time), so the horizon may
+# pass the tick, and by default does: every slot is claimed at least a tick before its
+# time, not by the tick that happens to run just before it, late by that tick's own
+# latency (issue 23). It stays within twice the tick: a claim holds its endpoint's lease
+# until its run ends, and "Run now" waits for that.
 CRONICORN_TICK_SECONDS = env_float("CRONICORN_TICK_SECONDS", 1.0, minimum=0.05)
 CRONICORN_CLAIM_HORIZON_MS = env_int(
-    "CRONICORN_CLAIM_HORIZON_MS", int(CRONICORN_TICK_SECONDS * 1000), minimum=0
+    "CRONICORN_CLAIM_HORIZON_MS", int(CRONICORN_TICK_SECONDS * 2000), minimum=0
 )
-if CRONICORN_CLAIM_HORIZON_MS > CRONICORN_TICK_SECONDS * 1000:
+if CRONICORN_CLAIM_HORIZON_MS > CRONICORN_TICK_SECONDS * 2000:
     raise ImproperlyConfigured(
-        f"CRONICORN_CLAIM_HORIZON_MS={CRONICORN_CLAIM_HORIZON_MS} exceeds the tick "
-        f"({CRONICORN_TICK_SECONDS} s); keep it at or below the tick."
+        f"CRONICORN_CLAIM_HORIZON_MS={CRONICORN_CLAIM_HORIZON_MS} exceeds twice the tick "
+        f"({CRONICORN_TICK_SECONDS} s); keep it at or below {int(CRONICORN_TICK_SECONDS * 2000)}."
     )
 CRONICORN_BATCH_SIZE = env_int("CRONICORN_BATCH_SIZE", 1000, minimum=1)
 # A claim's lease: how long a claim nobody renews stays taken. The process that holds a

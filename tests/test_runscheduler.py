@@ -8,6 +8,7 @@ import sqlite3
 import statistics
 import subprocess
 import threading
+import time
 from contextlib import closing
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -16,6 +17,9 @@ import pytest
 from django.utils import timezone
 
 from endpoints.embedded import EmbeddedScheduler
+from endpoints.engine.claiming import Claim, claim_due_endpoints
+from endpoints.engine.dispatch import ClaimDispatcher, start_due_claims
+from endpoints.engine.running import Started
 from endpoints.models import Heartbeat, Run, RunStatus, RunTrigger, Slot, Source
 from tests.engine_processes import (
     child_database_url,
@@ -51,6 +55,42 @@ def test_a_tick_hands_due_claims_to_the_pool_which_starts_each_at_its_time(
     assert run.scheduled_for == slot
     assert timedelta(0) <= run.started_at - slot < timedelta(milliseconds=100)
     assert target.hits("/soon")[0].at >= slot.timestamp()
+
+
+def test_runs_are_recorded_ahead_together_and_each_request_sent_at_its_slot(make_endpoint, target):
+    """The dispatcher writes the Runs due within its lead in one go, before their time,
+    and the event loop sends each request at its own slot, never before; ``started_at``
+    is when the request was sent (issue 23)."""
+    slot = timezone.now() + 2 * S
+    gaps = [timedelta(milliseconds=40 * k) for k in range(5)]
+    endpoints = [make_endpoint(url=target.url(f"/ahead/{k}")) for k in range(5)]
+    for endpoint, gap in zip(endpoints, gaps, strict=True):
+        Slot.objects.filter(pk=endpoint.pk).update(next_run_at=slot + gap)
+    claims = claim_due_endpoints(now=timezone.now(), limit=10, horizon_ms=3000)
+    recorded: list[tuple[float, int]] = []
+
+    def start(batch: list[Claim]) -> list[Started | None]:
+        recorded.append((time.time(), len(batch)))
+        return start_due_claims(batch)
+
+    dispatcher = ClaimDispatcher(max_in_flight=10, start=start)
+    try:
+        runs = [future.result(timeout=10) for future in map(dispatcher.submit, claims)]
+    finally:
+        dispatcher.shutdown(timeout=5)
+
+    assert sum(n for _at, n in recorded) == 5
+    assert recorded[0][0] < slot.timestamp()  # written ahead of the first slot (0.1-0.2 s)
+    for endpoint, gap, run in zip(
+        endpoints, gaps, sorted(runs, key=lambda r: r.scheduled_for), strict=True
+    ):
+        run.refresh_from_db()
+        [hit] = target.hits(f"/ahead/{gaps.index(gap)}")
+        assert run.endpoint_id == endpoint.pk and run.status == RunStatus.SUCCESS
+        assert run.scheduled_for == slot + gap
+        assert slot + gap <= run.started_at  # never before its slot
+        assert run.started_at.timestamp() <= hit.at  # the send, then the arrival
+        assert hit.at - run.started_at.timestamp() < 1.0
 
 
 def test_shutdown_gives_back_claims_that_have_not_started(scheduler, make_endpoint, target):

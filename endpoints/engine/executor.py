@@ -133,6 +133,12 @@ class HttpResult:
     error: str  # "" on success, otherwise a message naming the failure kind
     final_url: str
     headers: dict[str, str] = field(default_factory=dict)  # KEPT_RESPONSE_HEADERS found
+    sent_at: float | None = None  # when the request started (epoch seconds), if it did
+
+
+class NotSent(Exception):
+    """The request was not sent: the loop reached it after the caller's deadline (a stalled
+    process: the run's lease may have passed to another worker meanwhile)."""
 
 
 _dns_lock = threading.Lock()
@@ -339,17 +345,30 @@ def perform_request(request: HttpRequest, *, policy: NetworkPolicy | None = None
 
 
 def submit_request(
-    request: HttpRequest, *, policy: NetworkPolicy | None = None
+    request: HttpRequest,
+    *,
+    policy: NetworkPolicy | None = None,
+    at: float | None = None,
+    deadline: float | None = None,
 ) -> concurrent.futures.Future[HttpResult]:
     """Start the request on the process's HTTP event loop and return at once; the future
-    resolves with its `HttpResult` (never with a network exception). Log lines of the
-    request carry the caller's log context."""
+    resolves with its `HttpResult` (never with a network exception). With ``at`` (epoch
+    seconds) the request starts then, never before, timed by the loop itself (the
+    dispatcher records a run a little ahead of its slot); past ``deadline`` it is not sent
+    at all and the future raises `NotSent`. Log lines of the request carry the caller's
+    log context."""
     policy = policy or NetworkPolicy.from_settings()
     client = _shared_client()
     future: concurrent.futures.Future[HttpResult] = concurrent.futures.Future()
 
     def start() -> None:
+        if at is not None and (wait := at - time.time()) > 0:
+            client.loop.call_later(wait, start)  # the loop's timer may fire a hair early
+            return
         if not future.set_running_or_notify_cancel():
+            return
+        if deadline is not None and (late := time.time() - deadline) > 0:
+            future.set_exception(NotSent(f"reached {late:.1f} s after its deadline"))
             return
         try:
             session = client.session(policy)
@@ -376,6 +395,7 @@ async def _perform_on_loop(
     request: HttpRequest, session: aiohttp.ClientSession, policy: NetworkPolicy
 ) -> HttpResult:
     """The request, on the event loop; never raises for network problems."""
+    sent_at = time.time()
     started = time.monotonic()
     progress = _Progress(url=request.url)
     _progress.set(progress)
@@ -387,7 +407,7 @@ async def _perform_on_loop(
     duration_ms = round((time.monotonic() - started) * 1000)
     if logger.isEnabledFor(logging.DEBUG):
         _log_outcome(request, result, progress.url, duration_ms)
-    return dataclasses.replace(result, duration_ms=duration_ms)
+    return dataclasses.replace(result, duration_ms=duration_ms, sent_at=sent_at)
 
 
 def _log_outcome(request: HttpRequest, result: HttpResult, url: str, duration_ms: int) -> None:

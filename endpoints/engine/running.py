@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import Future
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, replace
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from django.conf import settings
@@ -91,13 +91,26 @@ class Started:
     started: datetime
 
     def call(self, *, policy: NetworkPolicy | None = None) -> Future[HttpResult]:
-        """Start the request on the HTTP event loop; the future resolves with its result."""
+        """Start the request on the HTTP event loop at ``started`` (at once if that has
+        passed); the future resolves with its result."""
         if (skipped := self._skipped()) is not None:
             done: Future[HttpResult] = Future()
             done.set_result(skipped)
             return done
+        # Sent only while a third of the lease is left (the renewer's turn): a process
+        # stalled meanwhile (SIGSTOP, swap) may have lost the claim to another worker,
+        # whose retry must not run beside this request.
+        assert self.endpoint.locked_until is not None
+        deadline = self.endpoint.locked_until - timedelta(
+            seconds=settings.CRONICORN_LEASE_SECONDS / 3
+        )
         with self._log_context():
-            return submit_request(self._request(), policy=policy)
+            return submit_request(
+                self._request(),
+                policy=policy,
+                at=self.started.timestamp(),
+                deadline=deadline.timestamp(),
+            )
 
     def call_and_wait(self, *, policy: NetworkPolicy | None = None) -> HttpResult:
         if (skipped := self._skipped()) is not None:
@@ -128,9 +141,13 @@ class Started:
                     result = replace(result, status=failed, error=verdict.reason or result.error)
             elif result.status != "success":
                 kind = policies.classify(result.status, result.status_code)
-        return Outcome(
-            self.endpoint, self.claim, self.run, self.started, timezone.now(), result, kind
-        )
+        # When the request really started: the loop sends it at ``started`` or a little
+        # later, and the run's record and its next slot count from that.
+        started = self.started
+        if result.sent_at is not None:
+            started = max(started, datetime.fromtimestamp(result.sent_at, tz=UTC))
+            self.run.started_at = started
+        return Outcome(self.endpoint, self.claim, self.run, started, timezone.now(), result, kind)
 
     def _skipped(self) -> HttpResult | None:
         """A scheduled slot found later than the catch-up window is not called (the
@@ -206,7 +223,7 @@ def call_claim(claim: Claim, *, policy: NetworkPolicy | None = None) -> Outcome 
     return started.outcome(result)
 
 
-def start_claims(claims: Sequence[Claim]) -> list[Started | None]:
+def start_claims(claims: Sequence[Claim], *, ahead: bool = False) -> list[Started | None]:
     """Record the Runs of claims that start together, before their requests.
 
     The endpoints are read in one query and the Runs of scheduled slots inserted in one
@@ -215,11 +232,21 @@ def start_claims(claims: Sequence[Claim]) -> list[Started | None]:
     no longer on the endpoint), an endpoint paused or archived since the claim (its lease
     released), or an error (logged; the claim given back).
 
+    By default the Runs start now, once the latest slot has come. ``ahead`` (the
+    dispatcher) records them before their slots instead, each started at its own
+    ``starts_at`` (or now, if that has passed): ``Started.call`` then sends each request
+    at that time, so the database's latency is not the run's lateness, and the claims
+    due within the dispatcher's lead share one transaction. The request's real start
+    replaces the recorded one when the run finishes.
+
     Raises ``UNAVAILABLE`` when the database cannot be reached before anything was
     written, so the caller, which still holds the claims, may start them again shortly.
     """
     try:
-        now = _wait_for_slot(max(claim.scheduled_for for claim in claims))
+        if ahead:
+            now = timezone.now()
+        else:
+            now = _wait_for_slot(max(claim.scheduled_for for claim in claims))
         endpoints = sql.load_endpoints([claim.endpoint_id for claim in claims])
     except UNAVAILABLE:
         raise
@@ -241,18 +268,22 @@ def start_claims(claims: Sequence[Claim]) -> list[Started | None]:
             continue
         if endpoint is not None:
             ready[claim.endpoint_id] = (index, endpoint, claim)
+
+    def start_of(claim: Claim) -> datetime:
+        return max(claim.starts_at, now) if ahead else now
+
     slots = [(i, e, c) for i, e, c in ready.values() if c.trigger == RunTrigger.SCHEDULED]
-    inserted = _insert_runs_of_slots(slots, now) if len(slots) > 1 else {}
+    inserted = _insert_runs_of_slots(slots, start_of) if len(slots) > 1 else {}
     for index, endpoint, claim in ready.values():
         run = inserted.get(index)
         if run is None:
             try:
-                run = _start_run(endpoint, claim, now)
+                run = _start_run(endpoint, claim, start_of(claim))
             except Exception:
                 _give_back([claim])
                 continue
         if run is not None:
-            started[index] = Started(endpoint, claim, run, now)
+            started[index] = Started(endpoint, claim, run, start_of(claim))
     return started
 
 
@@ -274,12 +305,12 @@ def _give_back(claims: Sequence[Claim]) -> None:
 
 
 def _insert_runs_of_slots(
-    slots: Sequence[tuple[int, ClaimedEndpoint, Claim]], now: datetime
+    slots: Sequence[tuple[int, ClaimedEndpoint, Claim]], start_of: Callable[[Claim], datetime]
 ) -> dict[int, Run]:
     """The Runs of several scheduled slots in one statement, by claim index. A slot that
     already has a Run (a reclaimed lease), or a statement that fails, is left to
     ``_start_run``, one by one."""
-    fields = [_run_fields(endpoint, claim, now) for _index, endpoint, claim in slots]
+    fields = [_run_fields(endpoint, claim, start_of(claim)) for _index, endpoint, claim in slots]
     try:
         with statement_guard():
             ids = sql.insert_runs_of_slots(fields)
@@ -610,6 +641,7 @@ def _finish_values(outcome: Outcome) -> dict[str, Any]:
     result = outcome.result
     return {
         "status": RESULT_STATUS.get(result.status, RunStatus.FAILURE),
+        "started_at": outcome.started,
         "finished_at": outcome.finished,
         "duration_ms": max(int(result.duration_ms), 0),
         "status_code": result.status_code,
