@@ -170,6 +170,34 @@ def postgres_backends() -> list[int]:
         return [row[0] for row in cursor.fetchall()]
 
 
+def postgres_server_cpu() -> float | None:
+    """CPU seconds of the whole PostgreSQL server so far: the postmaster, its live
+    children (backends, WAL writer, checkpointer, autovacuum) and the children it has
+    reaped (their CPU is in its ``cutime``/``cstime``), so a backend that closes during
+    the window is still counted. None when the server is not on this machine."""
+    from django.db import connection
+
+    if connection.vendor != "postgresql":
+        return None
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT setting FROM pg_settings WHERE name = 'data_directory'")
+        data = Path(cursor.fetchone()[0])
+    try:
+        postmaster = int((data / "postmaster.pid").read_text().split()[0])
+        fields = Path(f"/proc/{postmaster}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, ValueError, IndexError):
+        return None
+    total = sum(int(v) for v in fields[11:15]) / CLK_TCK  # utime stime cutime cstime
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            child = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(child[1]) == postmaster:
+            total += (int(child[11]) + int(child[12])) / CLK_TCK
+    return total
+
+
 class CpuMeter:
     """CPU used by each component between ``start()`` and ``stop()``."""
 
@@ -180,7 +208,10 @@ class CpuMeter:
         sample = {name: cpu_seconds(pid) for name, pid in self.pids.items()}
         backends = postgres_backends()
         self.backends = set(getattr(self, "backends", set())) | set(backends)
-        sample["postgres (this db)"] = sum(cpu_seconds(pid) for pid in self.backends)
+        if (server := postgres_server_cpu()) is not None:
+            sample["postgres (whole server)"] = server
+        else:  # a backend that closes within the window takes its CPU with it
+            sample["postgres (this db)"] = sum(cpu_seconds(pid) for pid in self.backends)
         busy, total = machine_busy()
         sample["machine busy"], sample["machine total"] = busy, total
         return sample
