@@ -30,9 +30,7 @@ from endpoints.engine.executor import (
     HttpRequest,
     HttpResult,
     NetworkPolicy,
-    NotSent,
     perform_request,
-    submit_request,
 )
 
 ALLOW_PRIVATE = NetworkPolicy(allow_private=True)
@@ -159,37 +157,6 @@ def test_a_2xx_response_is_a_success_with_json_parsed_and_text_kept(
     assert result.truncated is False
     assert result.size_bytes == len(payload.encode())
     assert result.final_url == server.url_for("/health")
-
-
-def test_a_request_given_a_time_is_sent_then_and_not_before(server: HTTPServer) -> None:
-    arrived: list[float] = []
-    server.expect_request("/at").respond_with_handler(
-        lambda _request: arrived.append(time.time()) or Response("ok")
-    )
-    at = time.time() + 0.3
-
-    result = submit_request(
-        HttpRequest(url=server.url_for("/at")), policy=ALLOW_PRIVATE, at=at
-    ).result(timeout=5)
-
-    assert result.status == "success"
-    assert result.sent_at is not None and result.sent_at >= at
-    assert len(arrived) == 1 and arrived[0] >= at
-
-
-def test_a_request_reached_after_its_deadline_is_not_sent(server: HTTPServer) -> None:
-    """A process stalled past its run's lease must not send the request: the lease, and
-    the slot, may belong to another worker by then."""
-    server.expect_request("/late").respond_with_data("ok")
-    now = time.time()
-
-    future = submit_request(
-        HttpRequest(url=server.url_for("/late")), policy=ALLOW_PRIVATE, at=now, deadline=now - 1
-    )
-
-    with pytest.raises(NotSent, match="after its deadline"):
-        future.result(timeout=5)
-    assert server.log == []
 
 
 def test_an_empty_body_is_none(server: HTTPServer) -> None:

@@ -1,0 +1,40 @@
+"""A request sent at a given time (the dispatcher records Runs ahead of their slots and
+the HTTP event loop sends each at its own, issue 23), and never past its deadline."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from endpoints.engine.executor import HttpRequest, NetworkPolicy, NotSent, submit_request
+
+ALLOW_PRIVATE = NetworkPolicy(allow_private=True)
+
+
+def test_a_request_given_a_time_is_sent_then_and_not_before(target) -> None:
+    at = time.time() + 0.3
+
+    result = submit_request(HttpRequest(url=target.url("/at")), policy=ALLOW_PRIVATE, at=at).result(
+        timeout=5
+    )
+
+    assert result.status == "success"
+    assert result.sent_at is not None and result.sent_at >= at
+    [hit] = target.hits("/at")
+    assert hit.at >= at
+
+
+def test_a_request_reached_after_its_deadline_is_not_sent(target) -> None:
+    """A process stalled past its run's lease must not send the request: the lease, and
+    the slot, may belong to another worker by then."""
+    now = time.time()
+
+    future = submit_request(
+        HttpRequest(url=target.url("/late")), policy=ALLOW_PRIVATE, at=now, deadline=now - 1
+    )
+
+    with pytest.raises(NotSent, match="after its deadline"):
+        future.result(timeout=5)
+    time.sleep(0.2)
+    assert target.hits("/late") == []
