@@ -1,11 +1,11 @@
-"""Start claims on time: a timer holds each claim until its ``scheduled_for``, starter
-threads record the Runs of what is due, the process's HTTP event loop calls the
-endpoints, and one writer records the runs that finish together.
+"""Start claims on time: a timer holds each claim until shortly before its time, starter
+threads record the Runs of what is due, the process's HTTP event loop calls each
+endpoint at its time, and one writer records the runs that finish together.
 
 One dispatcher per process: the Celery execute task hands it the claims of a chunk,
 ``runscheduler`` hands it every claim of a tick. One timer thread sleeps until the
-earliest claim is due (a heap, not a sleeping thread per claim), so a claim starts
-within a millisecond or so of its time.
+earliest claim is almost due (a heap, not a sleeping thread per claim); the event loop's
+own timer sends each request at its slot.
 
 The stages, each batching what reaches it together (no stage waits to make a batch,
 except the writer's short linger):
