@@ -32,6 +32,12 @@ pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("
 DAY_MS = 86_400_000
 
 
+def daily_cron_far_from_now() -> str:
+    """A daily cron whose next instant is about 12 h away: a fixed hour (09:00) lets a test
+    that runs just before it see the next day's run as well."""
+    return f"0 {(timezone.now() + timedelta(hours=12)).hour} * * *"
+
+
 @pytest.fixture
 def scheduler():
     embedded = EmbeddedScheduler(max_in_flight=4)
@@ -213,7 +219,7 @@ def test_a_run_found_later_than_the_catchup_window_is_skipped_and_recorded(
     policy_job(job, catchup_window_ms=60_000)
     missed = timezone.now() - timedelta(hours=6)
     endpoint = make_endpoint(
-        url=target.url("/report"), baseline_cron="0 9 * * *", next_run_at=missed
+        url=target.url("/report"), baseline_cron=daily_cron_far_from_now(), next_run_at=missed
     )
 
     assert tick_until(scheduler, finished(endpoint, 1), timeout=20)
@@ -226,13 +232,13 @@ def test_a_run_found_later_than_the_catchup_window_is_skipped_and_recorded(
     assert target.hits("/report") == []  # never called
     endpoint.refresh_from_db()
     assert endpoint.failure_count == 0
-    assert endpoint.next_run_at > timezone.now()  # the next 09:00
+    assert endpoint.next_run_at > timezone.now()  # the next daily instant
 
 
 def test_without_a_catchup_window_a_late_run_still_runs_once(scheduler, job, make_endpoint, target):
     endpoint = make_endpoint(
         url=target.url("/report"),
-        baseline_cron="0 9 * * *",
+        baseline_cron=daily_cron_far_from_now(),
         next_run_at=timezone.now() - timedelta(hours=6),
     )
 

@@ -34,7 +34,7 @@ from tests.engine_processes import (
     wait_until,
 )
 from tests.planning import planned_after
-from tests.test_run_policies import DAY_MS, finished, policy_job, runs
+from tests.test_run_policies import DAY_MS, daily_cron_far_from_now, finished, policy_job, runs
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
@@ -173,7 +173,7 @@ def test_a_run_found_later_than_the_catchup_window_is_skipped_and_recorded(
     policy_job(job, catchup_window_ms=60_000)
     missed = timezone.now() - timedelta(hours=6)
     endpoint = make_endpoint(
-        url=target.url("/report"), baseline_cron="0 9 * * *", next_run_at=missed
+        url=target.url("/report"), baseline_cron=daily_cron_far_from_now(), next_run_at=missed
     )
 
     assert wait_until(finished(endpoint, 1), timeout=30), fleet.tail()
@@ -184,7 +184,7 @@ def test_a_run_found_later_than_the_catchup_window_is_skipped_and_recorded(
     assert target.hits("/report") == []  # never called
     endpoint.refresh_from_db()
     assert endpoint.failure_count == 0
-    assert endpoint.next_run_at > timezone.now()  # the next 09:00
+    assert endpoint.next_run_at > timezone.now()  # the next daily instant
 
 
 def test_a_blackout_window_moves_the_runs_and_explain_says_so(fleet, job, make_endpoint, target):

@@ -71,11 +71,12 @@ def run_for_a_window(case: FaultCase, seconds: float = WINDOW_SECONDS) -> None:
     time.sleep(seconds)
 
 
-def publish_execute_messages_twice(case: FaultCase, seconds: float = 2.0) -> None:
+def publish_execute_messages_twice(case: FaultCase, seconds: float = 3.0) -> None:
     """Publish a second copy of every ``execute`` message the workers hold (waiting for its
-    ETA, or in flight), polled for two seconds, as a producer retry or a restore does. The
+    ETA, or in flight), polled for three seconds, as a producer retry or a restore does. The
     execute task acknowledges its message once the worker's dispatcher holds the claims, so
-    a message is held mostly while it waits for its ETA: poll often."""
+    a message is held mostly while it waits for its ETA: poll often, on endpoints whose
+    slots are claimed ahead (``AHEAD_OF_THE_SLOT``)."""
     client = case.services.redis.client()
     copied: set[bytes | str] = set()
     deadline = time.monotonic() + seconds
@@ -104,6 +105,12 @@ SHORT_VISIBILITY = {
 # message unacknowledged past the 1 s visibility timeout.
 QUIET_SLOW_ENDPOINTS = Shape(endpoints=2, interval="3s", hold_ms=2000, env=SHORT_VISIBILITY)
 
+
+# A tick claims the slots of the next two ticks and sends each with an ETA half a second
+# before it; a run of a 1 s interval that answers in 0.5 s is claimed when its next slot is
+# due already, so its message is acknowledged at once. On a 3 s interval every message
+# waits at the worker, unacknowledged, for 0.5-1.5 s: there is always one to publish twice.
+AHEAD_OF_THE_SLOT = Shape(interval="3s")
 
 # Retries on (issue 21): each endpoint answers 503 four times, then 200, and its job tries
 # a slot five times, a second apart: a fault meets a slot between attempts, so the retry
@@ -146,6 +153,6 @@ SCENARIOS: dict[str, Scenario] = {
     "execute-sigkill-retries": Scenario(kill_execute_worker, RETRYING),
     "execute-sigstop-retries": Scenario(stop_execute_worker, replace(RETRYING, execute_workers=2)),
     "two-beats": Scenario(run_for_a_window, Shape(beats=2, tick_workers=2)),
-    "duplicate-publish": Scenario(publish_execute_messages_twice),
+    "duplicate-publish": Scenario(publish_execute_messages_twice, AHEAD_OF_THE_SLOT),
     "visibility-timeout": Scenario(run_for_a_window, QUIET_SLOW_ENDPOINTS),
 }
