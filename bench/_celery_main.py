@@ -1,7 +1,8 @@
 """Start a Celery program of cronicorn_site (``worker ...`` or ``beat ...``), the same as
 ``celery -A cronicorn_site ...``, except that ``BENCH_CHUNK_SIZE`` in the environment
 overrides ``endpoints.tasks.CHUNK_SIZE`` (claims per execute message), which is a
-module constant, not a setting.
+module constant, not a setting, and ``BENCH_GC_LOG`` has the process log its garbage
+collections (``bench/_gc.py``).
 
     .venv/bin/python bench/_celery_main.py worker -Q execute -P threads -c 4
 """
@@ -25,6 +26,11 @@ if chunk := os.environ.get("BENCH_CHUNK_SIZE"):
     from endpoints import tasks
 
     tasks.CHUNK_SIZE = int(chunk)
+
+if gc_log := os.environ.get("BENCH_GC_LOG"):
+    from _gc import watch
+
+    watch(Path(gc_log))
 
 if __name__ == "__main__":
     sys.exit(app.start(sys.argv[1:]))

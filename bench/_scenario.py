@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -40,6 +41,7 @@ from _common import (
     sqlite_url,
     wait_until,
 )
+from _gc import pauses
 
 LOGS = RESULTS / "logs"
 CLK_TCK = os.sysconf("SC_CLK_TCK")
@@ -606,8 +608,11 @@ def fleet_state(now: datetime) -> dict[str, Any]:
 def run(params: Params) -> dict[str, Any]:
 
     url = params.database_url()
+    gc_log = LOGS / "gc"
+    shutil.rmtree(gc_log, ignore_errors=True)
     env = bench_env(
         url,
+        BENCH_GC_LOG=str(gc_log),
         CRONICORN_MAX_IN_FLIGHT=str(params.in_flight),
         CRONICORN_BATCH_SIZE=str(params.batch),
         **({"BENCH_CHUNK_SIZE": str(params.chunk_size)} if params.chunk_size else {}),
@@ -657,6 +662,7 @@ def run(params: Params) -> dict[str, Any]:
         cpu = meter.stop()
         if profiler:
             result["profile"] = profiler.stop()
+        result["gc"] = pauses(gc_log, pids, window_start.timestamp(), window_end.timestamp())
         result["fleet"] = fleet_state(window_end)
         result["load_during"] = load()
         _sleep_until(window_end + timedelta(seconds=2))  # let runs of the window finish

@@ -167,6 +167,12 @@ def main() -> None:
                 f" p99 {at['p99']} ms, max {at['max']} ms over {at['slots']} slots"
                 f" ({at['endpoints_left_out']} endpoints left out: counts differ)"
             )
+        for name, generations in result.get("gc", {}).items():
+            if full := generations.get("2"):
+                print(
+                    f"  {name}: {full['collections']} full garbage collections in the window,"
+                    f" the longest {full['longest_ms']} ms, {full['total_ms']} ms in all"
+                )
         if args.per_second:
             print_table(
                 ["second due", "slots", "mean ms", "p99 ms", "max ms"],

@@ -3,6 +3,7 @@ the HTTP event loop sends each at its own, issue 23), and never past its deadlin
 
 from __future__ import annotations
 
+import gc
 import time
 
 import pytest
@@ -41,3 +42,27 @@ def test_a_request_reached_after_its_deadline_is_not_sent(target) -> None:
     submit_request(HttpRequest(url=target.url("/after")), policy=ALLOW_PRIVATE).result(timeout=5)
     assert len(target.hits("/after")) == 1
     assert target.hits("/late") == []
+
+
+def test_requests_sent_at_their_time_leave_no_garbage_for_the_collector(target) -> None:
+    """Each request's objects are freed by reference counting, none is left in a cycle
+    for the collector: a worker at 833 runs/s that left its runs' objects in cycles
+    ran a full collection, a pause of every thread of 110-150 ms, every 1.7 s."""
+    submit_request(HttpRequest(url=target.url("/warm")), policy=ALLOW_PRIVATE).result(timeout=5)
+    requests = 50
+    gc.collect()
+    gc.disable()
+    try:
+        at = time.time() + 0.05
+        futures = [
+            submit_request(HttpRequest(url=target.url("/gc")), policy=ALLOW_PRIVATE, at=at)
+            for _ in range(requests)
+        ]
+        assert all(future.result(timeout=10).status == "success" for future in futures)
+        del futures
+        in_cycles = gc.collect()
+    finally:
+        gc.enable()
+
+    assert len(target.hits("/gc")) == requests
+    assert in_cycles < requests, f"{in_cycles} objects of {requests} requests were in cycles"

@@ -12,6 +12,7 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from endpoints.embedded import EmbeddedScheduler, load_cycle
+from endpoints.engine.dispatch import freeze_startup_heap
 
 logger = logging.getLogger("cronicorn.scheduler")
 
@@ -83,6 +84,7 @@ class Command(BaseCommand):
             plan_cycle=load_cycle("plan"),
             notify_cycle=load_cycle("notify"),
         )
+        freeze_startup_heap()
         logger.info("scheduler started: at most %d run(s) in flight", max_in_flight)
         scheduler.run(stop, duration=duration)
         timeout = settings.CRONICORN_SHUTDOWN_TIMEOUT_SECONDS
