@@ -25,7 +25,7 @@ import uuid
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -522,38 +522,55 @@ def target_figures(target: str, arrivals: Path, start: datetime, end: datetime) 
     """Lateness where the call lands: each request's arrival at the target minus its
     run's slot, for the slots scheduled in the window. A run's ``started_at`` is when the
     engine sent the request (and before issue 23, when its Run was recorded, before the
-    request): this one counts everything between the slot and the target. The i-th
-    arrival of an endpoint is its i-th run's; an endpoint whose counts differ is left out
-    and counted."""
+    request): this one counts everything between the slot and the target.
+
+    Also whether every slot was called once. The arrivals are taken at a time T; the
+    runs finished by T each arrived before they finished, and an endpoint's runs do not
+    overlap, so its arrivals up to its last finished run's end are exactly those runs'.
+    An endpoint whose counts differ there had a call without a run or a run without a
+    call (``endpoints_mismatched``: 0 when every slot was called once); the i-th arrival
+    is the i-th run's. ``slots_run_twice`` counts (endpoint, slot) pairs with two Runs."""
     import urllib.request
+
+    from django.db.models import Count
 
     from endpoints.models import Endpoint, Run
 
+    taken = datetime.now(UTC)
     urllib.request.urlopen(target.replace("/ping", "/__arrivals"), timeout=10).read()
     by_name: dict[str, list[float]] = {}
     for path, at in json.loads(arrivals.read_text()):
         if "?e=" in path:
             by_name.setdefault("e" + path.rsplit("?e=", 1)[1], []).append(at)
     names = dict(Endpoint.objects.values_list("pk", "name"))
-    runs: dict[int, list[datetime]] = {}
-    for endpoint_id, scheduled in Run.objects.order_by("scheduled_for").values_list(
-        "endpoint_id", "scheduled_for"
+    runs: dict[int, list[tuple[datetime, datetime]]] = {}
+    finished = Run.objects.filter(finished_at__lte=taken).order_by("scheduled_for")
+    for endpoint_id, scheduled, ended in finished.values_list(
+        "endpoint_id", "scheduled_for", "finished_at"
     ):
-        runs.setdefault(endpoint_id, []).append(scheduled)
+        runs.setdefault(endpoint_id, []).append((scheduled, ended))
     late_ms, mismatched = [], 0
-    for endpoint_id, slots in runs.items():
-        landed = sorted(by_name.get(names[endpoint_id], []))
-        if len(landed) != len(slots):
+    for endpoint_id, done in runs.items():
+        last_end = max(ended for _slot, ended in done).timestamp()
+        landed = sorted(at for at in by_name.get(names[endpoint_id], []) if at <= last_end)
+        if len(landed) != len(done):
             mismatched += 1
             continue
         late_ms += [
             (at - slot.timestamp()) * 1000
-            for slot, at in zip(slots, landed, strict=True)
+            for (slot, _ended), at in zip(done, landed, strict=True)
             if start <= slot < end
         ]
+    twice = (
+        Run.objects.values("endpoint_id", "scheduled_for")
+        .annotate(runs=Count("pk"))
+        .filter(runs__gt=1)
+        .count()
+    )
     return {
         "slots": len(late_ms),
-        "endpoints_left_out": mismatched,
+        "endpoints_mismatched": mismatched,
+        "slots_run_twice": twice,
         "p50": round(percentile(late_ms, 0.50), 1),
         "p95": round(percentile(late_ms, 0.95), 1),
         "p99": round(percentile(late_ms, 0.99), 1),

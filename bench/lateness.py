@@ -164,8 +164,9 @@ def main() -> None:
         if at := result.get("at_target"):
             print(
                 f"  at the target (arrival - slot): p50 {at['p50']} ms, p95 {at['p95']} ms,"
-                f" p99 {at['p99']} ms, max {at['max']} ms over {at['slots']} slots"
-                f" ({at['endpoints_left_out']} endpoints left out: counts differ)"
+                f" p99 {at['p99']} ms, max {at['max']} ms over {at['slots']} slots; endpoints"
+                f" whose calls and runs differ: {at['endpoints_mismatched']}, slots run"
+                f" twice: {at['slots_run_twice']}"
             )
         for name, generations in result.get("gc", {}).items():
             if full := generations.get("2"):
