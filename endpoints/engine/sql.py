@@ -163,8 +163,8 @@ def insert_runs_of_slots(runs: Sequence[Mapping[str, Any]]) -> list[int | None]:
 
 
 @cache
-def _array_type(name: str) -> str:
-    field = Run._meta.get_field(name.removesuffix("_id") if name.endswith("_id") else name)
+def _array_type(name: str, model: type[Model] = Run) -> str:
+    field = model._meta.get_field(name.removesuffix("_id") if name.endswith("_id") else name)
     assert isinstance(field, Field)
     return f"{field.db_type(connection)}[]"  # a foreign key's is its target's
 
@@ -265,8 +265,9 @@ class _Reschedule(NamedTuple):
 
 
 def _reschedule_pg(rows: list[_Reschedule], own: list[str], slot: list[str]) -> list[bool]:
-    """The two kinds of reschedule (with and without the endpoint's row), each kind
-    pipelined in one round trip; the results in the order of ``rows``."""
+    """The two kinds of reschedule (with and without the endpoint's row): the healthy
+    runs' of a batch in one statement, the others pipelined in one round trip; the
+    results in the order of ``rows``."""
     unchanged = _unchanged("IS NOT DISTINCT FROM")
     writes = [k for k, row in enumerate(rows) if row.own is not None]
     locks = [k for k, row in enumerate(rows) if row.own is None]
@@ -279,7 +280,11 @@ def _reschedule_pg(rows: list[_Reschedule], own: list[str], slot: list[str]) -> 
         ]
         for k, result in zip(writes, _each(sql, params), strict=True):
             won[k] = result
-    if locks:
+    if len(locks) > 1 and len({rows[k].pk for k in locks}) == len(locks):
+        at_once = _reschedule_slots_at_once([rows[k] for k in locks], slot)
+        for k, result in zip(locks, at_once, strict=True):
+            won[k] = result
+    elif locks:
         sql = _PG_RESCHEDULE_SLOT.format(unchanged=unchanged, slot=_assign(slot))
         params = [
             [row.pk, row.token, *row.same, *row.slot, row.token] for row in (rows[k] for k in locks)
@@ -334,6 +339,23 @@ WITH mine AS (
 UPDATE endpoints_slot SET {slot}, locked_until = NULL, claim_token = NULL
 WHERE endpoint_id IN (SELECT id FROM mine) AND claim_token = %s RETURNING endpoint_id
 """
+# Several of those at once, one array per column (``unnest``): one statement for a batch,
+# its text the same for any size, so it is prepared once. The endpoints are locked in id
+# order, so two writers' batches never wait on each other in a cycle.
+_PG_RESCHEDULE_SLOTS = """
+WITH v AS (SELECT * FROM unnest({arrays}) AS v({names})),
+mine AS (
+    SELECT e.id, v.claim_token FROM endpoints_endpoint AS e
+    JOIN v ON v.endpoint_id = e.id
+    JOIN endpoints_slot AS s ON s.endpoint_id = e.id AND s.claim_token = v.claim_token
+    WHERE {unchanged}
+    ORDER BY e.id
+    FOR NO KEY UPDATE OF e
+)
+UPDATE endpoints_slot AS s SET {slot}, locked_until = NULL, claim_token = NULL
+FROM mine JOIN v ON v.endpoint_id = mine.id
+WHERE s.endpoint_id = mine.id AND s.claim_token = mine.claim_token RETURNING s.endpoint_id
+"""
 # SQLite has one writer at a time: the two statements run in one transaction.
 _SQLITE_RESCHEDULE_ENDPOINT = """
 UPDATE endpoints_endpoint SET {own}
@@ -352,6 +374,35 @@ _SQLITE_RESCHEDULE_SLOT = """
 UPDATE endpoints_slot SET {slot}, locked_until = NULL, claim_token = NULL
 WHERE endpoint_id = %s AND claim_token = %s RETURNING endpoint_id
 """
+
+
+def _reschedule_slots_at_once(rows: list[_Reschedule], slot: list[str]) -> list[bool]:
+    """PostgreSQL: the healthy reschedules of a batch (``_PG_RESCHEDULE_SLOT`` for each,
+    the endpoints' ids all different) in one statement. Per run, the pipelined statements
+    were the one statement left of a run (bench/run_statements.py, issue 23)."""
+    names = ["endpoint_id", "claim_token", *PLANNING_FIELDS, *slot]
+    types = [
+        _array_type("endpoint_id", Slot),
+        _array_type("claim_token", Slot),
+        *(_array_type(name, Endpoint) for name in PLANNING_FIELDS),
+        *(_array_type(name, Slot) for name in slot),
+    ]
+    columns = [
+        [row.pk for row in rows],
+        [row.token for row in rows],
+        *([row.same[k] for row in rows] for k in range(len(PLANNING_FIELDS))),
+        *([row.slot[k] for row in rows] for k in range(len(slot))),
+    ]
+    sql = _PG_RESCHEDULE_SLOTS.format(
+        arrays=", ".join(f"%s::{array}" for array in types),
+        names=", ".join(names),
+        unchanged=" AND ".join(
+            f"e.{name} IS NOT DISTINCT FROM v.{name}" for name in PLANNING_FIELDS
+        ),
+        slot=", ".join(f"{name} = v.{name}" for name in slot),
+    )
+    won = {endpoint_id for (endpoint_id,) in fetch(sql, columns)}
+    return [row.pk in won for row in rows]
 
 
 def _assign(names: Sequence[str]) -> str:
