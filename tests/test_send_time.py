@@ -3,11 +3,14 @@ the HTTP event loop sends each at its own, issue 23), and never past its deadlin
 
 from __future__ import annotations
 
+import asyncio
 import gc
 import time
+from typing import Any
 
 import pytest
 
+from endpoints.engine import executor
 from endpoints.engine.executor import HttpRequest, NetworkPolicy, NotSent, submit_request
 
 ALLOW_PRIVATE = NetworkPolicy(allow_private=True)
@@ -42,6 +45,33 @@ def test_a_request_reached_after_its_deadline_is_not_sent(target) -> None:
     submit_request(HttpRequest(url=target.url("/after")), policy=ALLOW_PRIVATE).result(timeout=5)
     assert len(target.hits("/after")) == 1
     assert target.hits("/late") == []
+
+
+def test_a_request_whose_connection_is_ready_after_its_deadline_is_not_sent(
+    target, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The deadline is checked again once the connection is ready, just before the
+    request's bytes go out: a process stopped between the first check and the send (the
+    stalled-worker fault case) must not send either. Here the host check, our own step
+    between the two, takes longer than the time left."""
+    real_check_host = executor._check_host
+
+    async def slow_check_host(url: Any, policy: NetworkPolicy) -> None:
+        await asyncio.sleep(0.3)
+        await real_check_host(url, policy)
+
+    monkeypatch.setattr(executor, "_check_host", slow_check_host)
+    now = time.time()
+
+    future = submit_request(
+        HttpRequest(url=target.url("/slow")), policy=ALLOW_PRIVATE, at=now, deadline=now + 0.1
+    )
+
+    with pytest.raises(NotSent, match=r"connected .* after its deadline"):
+        future.result(timeout=5)
+    submit_request(HttpRequest(url=target.url("/after")), policy=ALLOW_PRIVATE).result(timeout=5)
+    assert len(target.hits("/after")) == 1
+    assert target.hits("/slow") == []
 
 
 def test_requests_sent_at_their_time_leave_no_garbage_for_the_collector(target) -> None:

@@ -203,11 +203,19 @@ class _GuardedResolver(aiohttp.abc.AbstractResolver):
 
 
 class _GuardedConnector(aiohttp.TCPConnector):
-    """Notes when the connection is ready, so that a timeout can say what it interrupted."""
+    """Notes when the connection is ready, so that a timeout can say what it interrupted,
+    and refuses to send a request past its deadline (``_Progress.send_by``)."""
 
     async def connect(self, req: Any, traces: Any, timeout: Any) -> Any:
         connection = await super().connect(req, traces, timeout)
-        _progress.get().phase = "waiting for the response headers"
+        progress = _progress.get()
+        # The last moment before the request's bytes are written: a process stopped
+        # (SIGSTOP) between an earlier check and here would send a run whose lease, and
+        # slot, may belong to another worker by now (the stalled-worker fault case).
+        if progress.send_by is not None and (late := time.time() - progress.send_by) > 0:
+            connection.close()
+            raise NotSent(f"connected {late:.1f} s after its deadline")
+        progress.phase = "waiting for the response headers"
         return connection
 
 
@@ -321,6 +329,7 @@ class _Progress:
     url: str
     phase: str = "connecting"
     body_bytes: int = 0
+    send_by: float | None = None  # the first hop is not sent after this (epoch seconds)
 
 
 _progress: contextvars.ContextVar[_Progress] = contextvars.ContextVar("cronicorn_progress")
@@ -394,7 +403,7 @@ def _start(
     except Exception as exc:  # the caller must hear of it, not wait forever
         future.set_exception(exc)
         return
-    task = client.loop.create_task(_perform_on_loop(request, session, policy))
+    task = client.loop.create_task(_perform_on_loop(request, session, policy, deadline))
     task.add_done_callback(functools.partial(_settle, future))
 
 
@@ -408,16 +417,22 @@ def _settle(future: concurrent.futures.Future[HttpResult], task: asyncio.Task[Ht
 
 
 async def _perform_on_loop(
-    request: HttpRequest, session: aiohttp.ClientSession, policy: NetworkPolicy
+    request: HttpRequest,
+    session: aiohttp.ClientSession,
+    policy: NetworkPolicy,
+    deadline: float | None = None,
 ) -> HttpResult:
-    """The request, on the event loop; never raises for network problems."""
+    """The request, on the event loop; never raises for network problems (`NotSent`
+    when its connection is ready only after ``deadline``)."""
     sent_at = time.time()
     started = time.monotonic()
-    progress = _Progress(url=request.url)
+    progress = _Progress(url=request.url, send_by=deadline)
     _progress.set(progress)
     try:
         async with asyncio.timeout(request.timeout_ms / 1000):
             result = await _perform(request, session, policy, progress)
+    except NotSent:
+        raise
     except Exception as exc:
         result = _failure_result(exc, request, progress)
     duration_ms = round((time.monotonic() - started) * 1000)
@@ -465,6 +480,7 @@ async def _perform(
         response = await session.request(
             method, hop.wire, headers=headers, data=body, allow_redirects=False
         )
+        progress.send_by = None  # sent: the redirects it asks for are the same run
         location = _redirect_location(response)
         if location is None:
             return await _read_result(response, request, progress)
