@@ -17,7 +17,7 @@ import pytest
 from django.db import connections
 from django.utils import timezone
 
-from endpoints.engine import dispatch, outcomes, running
+from endpoints.engine import dispatch, outcomes, running, sql
 from endpoints.engine.claiming import SPREAD_OVER, Claim, claim_due_endpoints, tick
 from endpoints.engine.dispatch import ClaimDispatcher
 from endpoints.engine.running import execute_claim, renew_leases, start_claims
@@ -144,6 +144,47 @@ def test_a_stalled_worker_whose_lease_expired_cannot_finish_its_run_after_the_re
     retry = execute_claim(second)
     assert retry is not None
     assert (retry.trigger, retry.attempt, retry.retry_of_id) == (RunTrigger.RETRY, 2, lost.pk)
+
+
+def test_a_tick_between_a_late_runs_finish_and_its_reschedule_does_not_run_the_slot_again(
+    transactional_db, make_endpoint, target, monkeypatch
+):
+    """The worker called the endpoint and wrote its outcome just as its lease ran out; a
+    tick on another connection comes between the finish and the reschedule (the worker
+    stalled there). The finish and the reschedule are one transaction, so the tick sees a
+    run still being written, releases nothing, and the slot runs once; written in two
+    statements, the tick found a finished run, released the slot and ran it again."""
+    endpoint = make_endpoint(url=target.url("/"))
+    [first] = due_claims(endpoint)
+    called = running.call_claim(first)
+    assert isinstance(called, outcomes.Outcome)
+    lease_end = Slot.objects.get(pk=endpoint.pk).locked_until
+    between: list[list[Claim]] = []
+    reschedule_all = sql.reschedule_all
+
+    def tick_first(*args: Any, **kwargs: Any) -> Any:
+        def tick_elsewhere() -> None:
+            try:
+                between.append(claim_due_endpoints(now=lease_end, limit=10, horizon_ms=0))
+            finally:
+                connections.close_all()
+
+        if not between:
+            thread = threading.Thread(target=tick_elsewhere)
+            thread.start()
+            thread.join(timeout=30)
+        return reschedule_all(*args, **kwargs)
+
+    monkeypatch.setattr(sql, "reschedule_all", tick_first)
+    running.record_outcomes([called])
+
+    assert between == [[]]
+    run = Run.objects.get(pk=called.run.pk)
+    assert run.status == RunStatus.SUCCESS
+    slot = Slot.objects.get(pk=endpoint.pk)
+    assert slot.claim_token is None and slot.next_run_at > first.scheduled_for
+    assert Run.objects.filter(endpoint=endpoint).count() == 1
+    assert len(target.hits()) == 1
 
 
 def test_a_slot_whose_run_is_being_written_is_not_released_until_that_write_ends(

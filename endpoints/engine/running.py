@@ -324,16 +324,17 @@ def _insert_runs_of_slots(
 
 
 def record_outcomes(outcomes: Sequence[Outcome]) -> None:
-    """Finish the Runs and reschedule their endpoints; several outcomes in one transaction.
+    """Finish the Runs and reschedule their endpoints, all in one transaction.
 
-    Each reschedule is conditional on its claim token and planning fields (see
-    ``reschedule``); one that loses is re-read and planned again on its own. If the
-    transaction fails (a body the database refuses), each outcome is written on its own,
-    so one bad run never costs the others their records.
+    A run's finish and its reschedule are never written apart: the release of expired
+    leases (``claiming``) lets a slot go once its run is no longer ``running``, so a finish
+    committed before its reschedule would let a tick, coming between the two (a worker
+    stalled there past its lease), claim the slot again and run it twice. Each reschedule
+    is conditional on its claim token and planning fields (see ``reschedule``); one that
+    loses (a person's edit meanwhile) is re-read and planned again after the commit, on its
+    own. If the transaction fails (a body the database refuses), each outcome is written
+    on its own, so one bad run never costs the others their records.
     """
-    if len(outcomes) == 1:
-        _record_alone(outcomes[0])  # two statements; a transaction would double the trips
-        return
     finishes, reschedules, broken = [], [], []
     for outcome in outcomes:
         finishes.append((outcome.run.pk, _finish_values(outcome)))
@@ -370,25 +371,37 @@ def record_outcomes(outcomes: Sequence[Outcome]) -> None:
 
 
 def _record_alone(outcome: Outcome) -> None:
-    """One outcome on its own: the Run (without its body if the database refuses the
-    body), then the reschedule; any other error is recorded by ``_recover``."""
+    """One outcome on its own, after its batch failed: the Run (without its body if the
+    database refuses the body) and the reschedule, in one transaction as above; any other
+    error is recorded by ``_recover`` once the finish is written."""
+    error: Exception | None = None
     try:
         values = _finish_values(outcome)
-        try:
-            with statement_guard():
+        with transaction.atomic():
+            try:
+                with transaction.atomic():  # a savepoint: the body may be refused
+                    updated = sql.finish_runs([(outcome.run.pk, values)])[0]
+            except UNAVAILABLE:
+                raise
+            except DatabaseError as exc:  # e.g. a NUL character, which jsonb refuses
+                values["response_body"] = None
+                values["error"] = (
+                    f"{values['error']} (the response body could not be stored: {exc})"
+                )
                 updated = sql.finish_runs([(outcome.run.pk, values)])[0]
-        except UNAVAILABLE:
-            raise
-        except DatabaseError as exc:  # e.g. a NUL character, which PostgreSQL's jsonb refuses
-            values["response_body"] = None
-            values["error"] = f"{values['error']} (the response body could not be stored: {exc})"
-            updated = sql.finish_runs([(outcome.run.pk, values)])[0]
+            try:
+                reschedule(outcome, outcome.endpoint)
+            except DatabaseError:
+                raise
+            except Exception as exc:  # the governor's: the transaction is still good
+                error = exc
         _log_finish(outcome, updated)
-        reschedule(outcome, outcome.endpoint)
     except UNAVAILABLE:
         raise  # the database is away: the caller may try again
     except Exception as exc:
-        _recover(outcome.endpoint, outcome.claim, outcome.run, outcome.started, exc)
+        error = exc
+    if error is not None:
+        _recover(outcome.endpoint, outcome.claim, outcome.run, outcome.started, error)
 
 
 def _wait_for_slot(scheduled_for: datetime) -> datetime:
