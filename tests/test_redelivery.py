@@ -146,45 +146,55 @@ def test_a_stalled_worker_whose_lease_expired_cannot_finish_its_run_after_the_re
     assert (retry.trigger, retry.attempt, retry.retry_of_id) == (RunTrigger.RETRY, 2, lost.pk)
 
 
-def test_a_tick_between_a_late_runs_finish_and_its_reschedule_does_not_run_the_slot_again(
-    transactional_db, make_endpoint, target, monkeypatch
+@pytest.mark.parametrize("edited_mid_run", [False, True], ids=["alone", "re-planned"])
+def test_a_tick_before_a_late_runs_reschedule_does_not_run_the_slot_again(
+    transactional_db, make_endpoint, target, monkeypatch, edited_mid_run
 ):
-    """The worker called the endpoint and wrote its outcome just as its lease ran out; a
-    tick on another connection comes between the finish and the reschedule (the worker
-    stalled there). The finish and the reschedule are one transaction, so the tick sees a
-    run still being written, releases nothing, and the slot runs once; written in two
-    statements, the tick found a finished run, released the slot and ran it again."""
+    """The worker called the endpoint and writes its outcome just as its lease runs out; a
+    tick on another connection comes before the slot's reschedule (the worker stalled
+    there): for a run written alone, between its finish and its reschedule; for a run
+    whose endpoint was edited mid-run, before the reschedule planned again after the edit.
+    The finish and every reschedule are one transaction, so the tick sees a run still
+    being written, releases nothing, and the slot runs once. Written apart, the tick found
+    a finished run, released the slot and ran it again."""
     endpoint = make_endpoint(url=target.url("/"))
-    [first] = due_claims(endpoint)
-    called = running.call_claim(first)
-    assert isinstance(called, outcomes.Outcome)
+    others = [make_endpoint(url=target.url("/other"))] if edited_mid_run else []
+    claims = due_claims(endpoint, *others)
+    called = [running.call_claim(claim) for claim in claims]
+    assert all(isinstance(outcome, outcomes.Outcome) for outcome in called)
     lease_end = Slot.objects.get(pk=endpoint.pk).locked_until
+    if edited_mid_run:
+        Endpoint.objects.filter(pk=endpoint.pk).update(baseline_interval_ms=120_000)
+    calls: list[int] = []
     between: list[list[Claim]] = []
     reschedule_all = sql.reschedule_all
 
-    def tick_first(*args: Any, **kwargs: Any) -> Any:
-        def tick_elsewhere() -> None:
-            try:
-                between.append(claim_due_endpoints(now=lease_end, limit=10, horizon_ms=0))
-            finally:
-                connections.close_all()
+    def tick_before_the_last_reschedule(*args: Any, **kwargs: Any) -> Any:
+        calls.append(len(args[0]))
+        if len(calls) == (2 if edited_mid_run else 1):
 
-        if not between:
+            def tick_elsewhere() -> None:
+                try:
+                    between.append(claim_due_endpoints(now=lease_end, limit=10, horizon_ms=0))
+                finally:
+                    connections.close_all()
+
             thread = threading.Thread(target=tick_elsewhere)
             thread.start()
             thread.join(timeout=30)
         return reschedule_all(*args, **kwargs)
 
-    monkeypatch.setattr(sql, "reschedule_all", tick_first)
-    running.record_outcomes([called])
+    monkeypatch.setattr(sql, "reschedule_all", tick_before_the_last_reschedule)
+    running.record_outcomes(called)  # type: ignore[arg-type]
 
+    assert calls == ([2, 1] if edited_mid_run else [1])  # the batch, then the re-plan
     assert between == [[]]
-    run = Run.objects.get(pk=called.run.pk)
-    assert run.status == RunStatus.SUCCESS
+    assert Run.objects.get(endpoint=endpoint).status == RunStatus.SUCCESS
     slot = Slot.objects.get(pk=endpoint.pk)
-    assert slot.claim_token is None and slot.next_run_at > first.scheduled_for
-    assert Run.objects.filter(endpoint=endpoint).count() == 1
-    assert len(target.hits()) == 1
+    assert slot.claim_token is None and slot.next_run_at > claims[0].scheduled_for
+    if edited_mid_run:
+        assert slot.next_run_at - claims[0].scheduled_for >= timedelta(seconds=100)
+    assert len(target.hits()) == 1 + len(others)
 
 
 def test_a_slot_whose_run_is_being_written_is_not_released_until_that_write_ends(

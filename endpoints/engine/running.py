@@ -331,9 +331,11 @@ def record_outcomes(outcomes: Sequence[Outcome]) -> None:
     committed before its reschedule would let a tick, coming between the two (a worker
     stalled there past its lease), claim the slot again and run it twice. Each reschedule
     is conditional on its claim token and planning fields (see ``reschedule``); one that
-    loses (a person's edit meanwhile) is re-read and planned again after the commit, on its
-    own. If the transaction fails (a body the database refuses), each outcome is written
-    on its own, so one bad run never costs the others their records.
+    loses (a person's edit meanwhile) is re-read and planned again in the same
+    transaction, behind a savepoint. If the transaction fails (a body the database
+    refuses), each outcome is written on its own, so one bad run never costs the others
+    their records. A schedule the governor cannot plan is recorded by ``_recover`` after
+    the commit.
     """
     finishes, reschedules, broken = [], [], []
     for outcome in outcomes:
@@ -350,6 +352,8 @@ def record_outcomes(outcomes: Sequence[Outcome]) -> None:
             won = sql.reschedule_all(
                 [(o.endpoint, o.claim.claim_token, values) for o, values in reschedules]
             )
+            lost = [o for (o, _values), ok in zip(reschedules, won, strict=True) if not ok]
+            broken += _replan_in_transaction(lost)
     except UNAVAILABLE:
         raise  # nothing was written: the caller may try the whole batch again
     except DatabaseError:
@@ -361,13 +365,23 @@ def record_outcomes(outcomes: Sequence[Outcome]) -> None:
     for (outcome, values), ok in zip(reschedules, won, strict=True):
         if ok:
             after_reschedule(outcome, values)
-            continue
-        try:
-            reschedule_after_conflict(outcome)
-        except Exception as exc:
-            broken.append((outcome, exc))
     for outcome, error in broken:
         _recover(outcome.endpoint, outcome.claim, outcome.run, outcome.started, error)
+
+
+def _replan_in_transaction(lost: Sequence[Outcome]) -> list[tuple[Outcome, Exception]]:
+    """Plan again the reschedules that lost to an edit, each behind a savepoint (the
+    endpoint re-read); those that raise, with their error."""
+    broken = []
+    for outcome in lost:
+        try:
+            with transaction.atomic():
+                reschedule_after_conflict(outcome)
+        except UNAVAILABLE:
+            raise
+        except Exception as exc:
+            broken.append((outcome, exc))
+    return broken
 
 
 def _record_alone(outcome: Outcome) -> None:
