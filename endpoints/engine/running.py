@@ -334,8 +334,8 @@ def record_outcomes(outcomes: Sequence[Outcome]) -> None:
     loses (a person's edit meanwhile) is re-read and planned again in the same
     transaction, behind a savepoint. If the transaction fails (a body the database
     refuses), each outcome is written on its own, so one bad run never costs the others
-    their records. A schedule the governor cannot plan is recorded by ``_recover`` after
-    the commit.
+    their records. A schedule the governor cannot plan is recorded by ``_recover`` in the
+    same transaction too.
     """
     finishes, reschedules, broken = [], [], []
     for outcome in outcomes:
@@ -354,6 +354,8 @@ def record_outcomes(outcomes: Sequence[Outcome]) -> None:
             )
             lost = [o for (o, _values), ok in zip(reschedules, won, strict=True) if not ok]
             broken += _replan_in_transaction(lost)
+            for outcome, error in broken:
+                _recover(outcome.endpoint, outcome.claim, outcome.run, outcome.started, error)
     except UNAVAILABLE:
         raise  # nothing was written: the caller may try the whole batch again
     except DatabaseError:
@@ -365,8 +367,6 @@ def record_outcomes(outcomes: Sequence[Outcome]) -> None:
     for (outcome, values), ok in zip(reschedules, won, strict=True):
         if ok:
             after_reschedule(outcome, values)
-    for outcome, error in broken:
-        _recover(outcome.endpoint, outcome.claim, outcome.run, outcome.started, error)
 
 
 def _replan_in_transaction(lost: Sequence[Outcome]) -> list[tuple[Outcome, Exception]]:
@@ -386,9 +386,8 @@ def _replan_in_transaction(lost: Sequence[Outcome]) -> list[tuple[Outcome, Excep
 
 def _record_alone(outcome: Outcome) -> None:
     """One outcome on its own, after its batch failed: the Run (without its body if the
-    database refuses the body) and the reschedule, in one transaction as above; any other
-    error is recorded by ``_recover`` once the finish is written."""
-    error: Exception | None = None
+    database refuses the body) and the reschedule, or the governor's error, in one
+    transaction as above; if that fails, ``_recover`` records the error on its own."""
     try:
         values = _finish_values(outcome)
         with transaction.atomic():
@@ -408,14 +407,12 @@ def _record_alone(outcome: Outcome) -> None:
             except DatabaseError:
                 raise
             except Exception as exc:  # the governor's: the transaction is still good
-                error = exc
+                _recover(outcome.endpoint, outcome.claim, outcome.run, outcome.started, exc)
         _log_finish(outcome, updated)
     except UNAVAILABLE:
         raise  # the database is away: the caller may try again
     except Exception as exc:
-        error = exc
-    if error is not None:
-        _recover(outcome.endpoint, outcome.claim, outcome.run, outcome.started, error)
+        _recover(outcome.endpoint, outcome.claim, outcome.run, outcome.started, exc)
 
 
 def _wait_for_slot(scheduled_for: datetime) -> datetime:
@@ -703,16 +700,17 @@ def _recover(
 ) -> None:
     """Log and record the error on the run and try again later, so one broken endpoint (a
     corrupt schedule, a body the database refuses) neither loops nor holds its lease.
-    The log line carries ``exc``'s traceback."""
+    The run and its slot are written in one transaction (a savepoint inside the writer's),
+    as every finish is. The log line carries ``exc``'s traceback."""
     log_event(logging.ERROR, "scheduler error during the run", claim=claim, run_id=run.pk, exc=exc)
     now = timezone.now()
     note = f"Scheduler error: {type(exc).__name__}: {exc}"
     try:
-        Run.objects.filter(pk=run.pk, status=RunStatus.RUNNING).update(
-            status=RunStatus.FAILURE, finished_at=now
-        )
-        Run.objects.filter(pk=run.pk).update(error=Concat(F("error"), Value(f"\n{note}")))
         with transaction.atomic():
+            Run.objects.filter(pk=run.pk, status=RunStatus.RUNNING).update(
+                status=RunStatus.FAILURE, finished_at=now
+            )
+            Run.objects.filter(pk=run.pk).update(error=Concat(F("error"), Value(f"\n{note}")))
             # The endpoint's row first, as every writer of both rows locks them.
             Endpoint.objects.select_for_update(no_key=True).filter(pk=endpoint.pk).exists()
             if Slot.objects.filter(pk=endpoint.pk, claim_token=claim.claim_token).update(
