@@ -14,7 +14,7 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
-from django.db import connections
+from django.db import connection, connections
 from django.utils import timezone
 
 from endpoints.engine import dispatch, outcomes, running, sql
@@ -157,6 +157,8 @@ def test_a_tick_before_a_late_runs_reschedule_does_not_run_the_slot_again(
     The finish and every reschedule are one transaction, so the tick sees a run still
     being written, releases nothing, and the slot runs once. Written apart, the tick found
     a finished run, released the slot and ran it again."""
+    if connection.vendor != "postgresql":
+        pytest.skip("a tick on another connection meanwhile: SQLite has one writer at a time")
     endpoint = make_endpoint(url=target.url("/"))
     others = [make_endpoint(url=target.url("/other"))] if edited_mid_run else []
     claims = due_claims(endpoint, *others)

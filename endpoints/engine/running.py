@@ -403,10 +403,11 @@ def _record_alone(outcome: Outcome) -> None:
                 )
                 updated = sql.finish_runs([(outcome.run.pk, values)])[0]
             try:
-                reschedule(outcome, outcome.endpoint)
-            except DatabaseError:
+                with transaction.atomic():  # a savepoint: the finish stays if this fails
+                    reschedule(outcome, outcome.endpoint)
+            except UNAVAILABLE:
                 raise
-            except Exception as exc:  # the governor's: the transaction is still good
+            except Exception as exc:  # the governor's, or a write the database refused
                 _recover(outcome.endpoint, outcome.claim, outcome.run, outcome.started, exc)
         _log_finish(outcome, updated)
     except UNAVAILABLE:
