@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 from io import StringIO
+from typing import Any
 
 import pytest
 import time_machine
@@ -151,3 +152,21 @@ def test_an_unknown_demo_target_is_a_404_naming_the_known_ones() -> None:
 
     assert response.status_code == 404
     assert "queue" in response.json()["error"]
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    ("allow_private", "allowlist", "warned"),
+    [(False, [], True), (False, ["127.0.0.1/32"], False), (True, [], False)],
+    ids=["refused", "allowlisted", "private-allowed"],
+)
+def test_demo_warns_only_when_the_outbound_guard_would_refuse_its_targets(
+    settings: Any, allow_private: bool, allowlist: list[str], warned: bool
+) -> None:
+    settings.CRONICORN_ALLOW_PRIVATE_ADDRESSES = allow_private
+    settings.CRONICORN_SSRF_ALLOWLIST = allowlist
+    err = StringIO()
+    call_command("demo", "--base-url", "http://127.0.0.1:8000", stdout=StringIO(), stderr=err)
+    assert ("will refuse the demo's endpoints" in err.getvalue()) is warned
+    if warned:
+        assert "127.0.0.1 is a loopback address" in err.getvalue()

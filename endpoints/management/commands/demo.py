@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import secrets
+import socket
 from typing import Any
+from urllib.parse import urlsplit
 
-from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import transaction
@@ -13,6 +14,7 @@ from django.utils import timezone
 
 from endpoints.config_io.documents import ConfigError
 from endpoints.config_io.importing import import_document
+from endpoints.engine.guard import AddressGuard, BlockedAddressError, NetworkPolicy
 from endpoints.models import Endpoint, Job, JobStatus
 from endpoints.operations import resume_job
 
@@ -122,11 +124,22 @@ class Command(BaseCommand):
             self.stdout.write(f"  {endpoint.ref:<22} {endpoint.url}")
         self.stdout.write(f"Sign in at {base_url}/admin/ as")
         self.stdout.write(f"  user: {ADMIN_USERNAME}  password: {password}")
-        if not settings.CRONICORN_ALLOW_PRIVATE_ADDRESSES:
-            self.stderr.write(
-                "Note: CRONICORN_ALLOW_PRIVATE_ADDRESSES is off, so the scheduler will refuse "
-                "127.0.0.1; set it to true (or add the host to CRONICORN_SSRF_ALLOWLIST)."
-            )
+        if refusal := guard_refuses(base_url):
+            self.stderr.write(f"Note: the scheduler will refuse the demo's endpoints: {refusal}.")
+
+
+def guard_refuses(base_url: str) -> str | None:
+    """Why the outbound guard, as configured, would refuse ``base_url``'s host; None if
+    it would not (the demo's targets run on this machine: allowed or allowlisted)."""
+    host = urlsplit(base_url).hostname or ""
+    try:
+        addresses = {str(info[4][0]) for info in socket.getaddrinfo(host, None)}
+        AddressGuard(NetworkPolicy.from_settings()).check(host, addresses)
+    except BlockedAddressError as exc:
+        return str(exc)
+    except OSError:
+        return None  # a name that does not resolve here: the runs will say so
+    return None
 
 
 def ensure_admin(password: str) -> Any:
