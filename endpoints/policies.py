@@ -52,6 +52,8 @@ MAX_DELAY_MS = 24 * 3_600_000
 MAX_JITTER_MS = 3_600_000
 MAX_TEXT = 1_000
 BREAKER_HOLD_MS = 365 * 24 * 3_600_000
+# How the breaker's pause reason starts: the alerts tell a breaker's pause by it.
+BREAKER_REASON_PREFIX = "Breaker: "
 # A Retry-After is honoured up to this; further than that the slot is left to fail.
 MAX_RETRY_AFTER_MS = 3_600_000
 

@@ -37,6 +37,7 @@ from django.db.models import Exists, OuterRef, Q
 
 from endpoints.governor import MAX_PLANNABLE_MS
 from endpoints.models import Endpoint, Flip, Run, RunStatus
+from endpoints.policies import BREAKER_REASON_PREFIX
 from endpoints.schedules import describe_duration
 from notifications.delivery import Clock, deliver_due
 from notifications.models import (
@@ -217,6 +218,7 @@ EPISODE_CLEARED: dict[str, Any] = {
     "escalated_at": None,
     "acknowledged_at": None,
     "acknowledged_by": "",
+    "breaker_told_at": None,
 }
 
 
@@ -250,15 +252,31 @@ def _changes(endpoint: Endpoint, state: AlertState, rule: AlertRule, now: dateti
                 _alert(endpoint, AlertKind.RECOVERED, _recovery_detail(endpoint, None), now)
             )
     paused = endpoint.paused_until if live and endpoint.is_paused(now) else None
-    changed = paused != state.paused_until_seen
-    if changed and _flip(state, now, paused_until_seen=paused) and paused and rule.on_pause:
-        alerts.append(_alert(endpoint, AlertKind.PAUSED, _pause_detail(endpoint, now), now))
+    if paused != state.paused_until_seen:
+        alerts.extend(_pause_changed(endpoint, state, rule, paused, now))
     stale = live and _is_stale(endpoint, rule, now)
     if stale != state.stale and _flip(state, now, stale=stale):
         kind = AlertKind.STALE if stale else AlertKind.RECOVERED
         if stale or rule.on_recovery:
             alerts.append(_alert(endpoint, kind, _stale_detail(endpoint, stale, now), now))
     return alerts
+
+
+def _pause_changed(
+    endpoint: Endpoint, state: AlertState, rule: AlertRule, paused: datetime | None, now: datetime
+) -> list[Alert]:
+    """A pause is told when it begins or moves. The breaker's is told once per failing
+    episode: a failed probe re-opens it (a new pause) without a new alert, and its
+    opening starts an episode if none is open, so the probe that closes it is told as a
+    recovery even below the rule's failure count (``_streak_ended``)."""
+    breaker = paused is not None and endpoint.pause_reason.startswith(BREAKER_REASON_PREFIX)
+    if not (paused and rule.on_pause) or (breaker and state.breaker_told_at is not None):
+        _flip(state, now, paused_until_seen=paused)
+        return []
+    episode = {"failing": True, "failing_since": state.failing_since or now, "breaker_told_at": now}
+    if not _flip(state, now, paused_until_seen=paused, **(episode if breaker else {})):
+        return []
+    return [_alert(endpoint, AlertKind.PAUSED, _pause_detail(endpoint, now), now)]
 
 
 def _endpoint_is(**lookups: Any) -> Q:

@@ -356,6 +356,9 @@ class AlertState(models.Model):
     failing_since = models.DateTimeField(null=True, blank=True)
     reminded_at = models.DateTimeField(null=True, blank=True)
     escalated_at = models.DateTimeField(null=True, blank=True)
+    # When the breaker's opening was told (a failing episode of its own, if none was
+    # open): the failed probes that re-open it are not told again. Cleared on recovery.
+    breaker_told_at = models.DateTimeField(null=True, blank=True)
     acknowledged_at = models.DateTimeField(null=True, blank=True)
     acknowledged_by = models.CharField(max_length=200, blank=True)
 

@@ -42,6 +42,7 @@ from endpoints.models import (
 )
 from endpoints.policies import (
     BREAKER_HOLD_MS,
+    BREAKER_REASON_PREFIX,
     NEEDS_PERSON,
     RETRYABLE,
     PolicyError,
@@ -303,10 +304,10 @@ def breaker_reason(outcome: Outcome, values: Mapping[str, Any]) -> str:
     failures = values["failure_count"]
     last = outcome.result.error or outcome.result.status
     if policy.breaker_needs_person and outcome.failure_kind == NEEDS_PERSON:
-        return f"Breaker: a failure a person must fix ({last})"
+        return f"{BREAKER_REASON_PREFIX}a failure a person must fix ({last})"
     limit = policy.breaker_failed_slots
     if limit is not None and failures >= limit:
-        return f"Breaker: {failures} failed slots in a row (last: {last})"
+        return f"{BREAKER_REASON_PREFIX}{failures} failed slots in a row (last: {last})"
     return ""
 
 
