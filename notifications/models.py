@@ -190,9 +190,11 @@ NOT_UNDERSTOOD = (
 
 
 def check_apprise_url(target: str) -> None:
-    """Only the allowed services (CRONICORN_APPRISE_SCHEMES), without the parameters
-    that read files or bend the deadline (REFUSED_APPRISE_PARAMS). Run when the channel
-    is saved and again before every send (a stored URL may predate a rule)."""
+    """One URL, of the allowed services (CRONICORN_APPRISE_SCHEMES), without the
+    parameters that read files or bend the deadline (REFUSED_APPRISE_PARAMS). Run when
+    the channel is saved and again before every send (a stored URL may predate a rule)."""
+    from apprise.utils.parse import parse_urls  # lazily: see apprise_plugin
+
     scheme = target.partition("://")[0].strip().lower() if "://" in target else ""
     allowed = [s.lower() for s in settings.CRONICORN_APPRISE_SCHEMES]
     if scheme not in allowed:
@@ -202,6 +204,13 @@ def check_apprise_url(target: str) -> None:
             f"Apprise service {scheme + '://' if scheme else '(none)'} is not allowed here; "
             f"use one of: {', '.join(s + '://' for s in allowed)} "
             "(the operator sets CRONICORN_APPRISE_SCHEMES)."
+        )
+    # Apprise sends to every URL it finds (split at commas and spaces before a scheme):
+    # the checks here read the first, so a second would escape them.
+    if (count := len(parse_urls(target))) > 1:
+        raise ValidationError(
+            f"Give one Apprise URL per channel: Apprise reads this target as {count} URLs "
+            "(separated by commas or spaces); make a channel for each."
         )
     query = urlsplit(target).query if "?" in target else ""
     for name, _value in parse_qsl(query, keep_blank_values=True):

@@ -194,6 +194,31 @@ def test_apprise_services_outside_the_allow_list_are_refused(url: str, tenant: T
 
 
 @pytest.mark.django_db
+@pytest.mark.parametrize(
+    "second",
+    [
+        "apprise://127.0.0.1:{port}/token",  # a service outside CRONICORN_APPRISE_SCHEMES
+        "json://127.0.0.1:{port}/?rto=100000",  # a refused parameter
+    ],
+)
+def test_an_apprise_target_holding_a_second_url_is_refused_before_anything_is_sent(
+    second: str, tenant: Tenant, v4: CountingServer, settings: Any
+) -> None:
+    settings.CRONICORN_ALLOW_PRIVATE_ADDRESSES = True  # the guard is not what stops these
+    with CountingServer("127.0.0.1") as other:
+        # Apprise reads URLs separated by commas or spaces as several services: the
+        # second one would escape the checks made on the first.
+        target = f"json://127.0.0.1:{v4.port}/?a=b, {second.format(port=other.port)}"
+        with pytest.raises(ValidationError, match="one Apprise URL per channel"):
+            validate_target("apprise", target)
+        with pytest.raises(DeliveryError, match="one Apprise URL per channel"):
+            send(stored_channel(tenant, target), MESSAGE)
+        assert (v4.connections, other.connections) == (0, 0)
+    # One URL whose own parameters hold commas and spaces is still one URL.
+    validate_target("apprise", "mailto://u:p@example.com?to=a@example.com, b@example.com")
+
+
+@pytest.mark.django_db
 @pytest.mark.usefixtures("strict")
 def test_webhook_channels_are_refused_for_every_spelling_of_an_internal_host(
     tenant: Tenant, v4: CountingServer, v6: CountingServer
