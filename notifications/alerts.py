@@ -35,7 +35,7 @@ from django.conf import settings
 from django.db import transaction
 from django.db.models import Exists, OuterRef, Q
 
-from endpoints.governor import MAX_PLANNABLE_MS
+from endpoints.governor import ENDED, MAX_PLANNABLE_MS, ONCE, WINDOW
 from endpoints.models import Endpoint, Flip, Run, RunStatus
 from endpoints.policies import BREAKER_REASON_PREFIX
 from endpoints.schedules import describe_duration
@@ -301,9 +301,16 @@ def _flip(state: AlertState, now: datetime, *conditions: Q, **change: Any) -> bo
 
 
 def _is_stale(endpoint: Endpoint, rule: AlertRule, now: datetime) -> bool:
+    """Not run for ``stale_factor`` intervals, counted from its last run or, when its run
+    policy put its next run off (a window, a one-off's time), from that run: a rest the
+    policy asks for is not the scheduler being stuck, nor is the end of its runs."""
     if not rule.stale_factor or endpoint.baseline_interval_ms is None:
         return False
+    if endpoint.next_run_source == ENDED:
+        return False
     since = endpoint.last_run_at or endpoint.created_at
+    if endpoint.next_run_source in (WINDOW, ONCE) and endpoint.next_run_at is not None:
+        since = max(since, endpoint.next_run_at)
     return now - since > _stale_after(endpoint.baseline_interval_ms, rule.stale_factor)
 
 

@@ -15,8 +15,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from django.utils import timezone
 
 from endpoints.models import Endpoint, Slot
+from endpoints.operations import replan_after_edit
 from notifications.alerts import detect_changes, notify_cycle
 from notifications.delivery import backoff, send_test_message
 from notifications.models import (
@@ -34,6 +36,8 @@ from tests.smtp_capture import SmtpCapture
 pytestmark = pytest.mark.django_db(transaction=True)
 
 S = timedelta(seconds=1)
+M = timedelta(minutes=1)
+H = timedelta(hours=1)
 
 
 @pytest.fixture
@@ -171,6 +175,26 @@ def test_an_endpoint_that_stops_running_alerts_after_its_stale_factor(
     notify_cycle(now=now + 10 * S)
     assert smtp.subjects() == ["[Cronicorn] ops/nightly has stopped running"]
     assert "4.0 min" in smtp.messages()[0].get_payload()
+
+
+@pytest.mark.parametrize("rest", ["blackout", "active period over", "one-off ahead"])
+def test_an_endpoint_its_run_policy_keeps_from_running_is_not_stale(make_endpoint, rest):
+    t0 = timezone.now().replace(second=0, microsecond=0)
+    policy: dict[str, Any] = {
+        "blackout": {"blackout": [{"start": f"{t0:%H:%M}", "end": f"{t0 + 3 * H:%H:%M}"}]},
+        "active period over": {"active_until": (t0 + 5 * M).isoformat()},
+        "one-off ahead": {"run_once_at": (t0 + 3 * H).isoformat()},
+    }[rest]
+    endpoint = make_endpoint(baseline_interval_ms=60_000, run_policy=policy)
+    AlertRule.objects.create(job=endpoint.job, stale_factor=3)
+    Slot.objects.filter(pk=endpoint.pk).update(last_run_at=t0 - M)
+    later = t0 + 10 * M  # 11 minutes without a run, more than 3 intervals
+    replan_after_edit(endpoint, now=later if rest == "active period over" else t0)
+
+    assert not [a for a in detect_changes(now=later) if a.kind == AlertKind.STALE]
+    if rest == "blackout":  # stale all the same once its run is overdue after the window
+        [stale] = [a for a in detect_changes(now=t0 + 3 * H + 4 * M) if a.kind == "stale"]
+        assert stale.detail == "has not run for 3.1 h"
 
 
 def test_alerts_wait_out_quiet_hours_then_go_as_one_message(make_endpoint, channels, smtp, now):
