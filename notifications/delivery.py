@@ -180,6 +180,9 @@ def _channel_turn(
             .filter(pk__in=pks, next_attempt_at=until)
             .order_by("created_at", "pk")
         )
+        if deliveries and not deliveries[0].channel.enabled:
+            _withdraw(deliveries, until)
+            return sent, failed
         for index, delivery in enumerate(deliveries):
             if failed or time.monotonic() > deadline:
                 _release(deliveries[index:], until, clock.now())
@@ -197,6 +200,18 @@ def _channel_turn(
     finally:
         _free(channel_id)
         connection.close()  # this thread's own; a pool thread may idle for hours
+
+
+CHANNEL_DISABLED = "Not sent: the channel was disabled before it went out."
+
+
+def _withdraw(deliveries: Sequence[Delivery], until: datetime) -> None:
+    """A disabled channel sends nothing more: what still waited for it (a retry) is
+    closed, saying why, rather than kept to go out as old news if it is enabled again."""
+    withdrawn = Delivery.objects.filter(
+        pk__in=[d.pk for d in deliveries], status=DeliveryStatus.PENDING, next_attempt_at=until
+    ).update(status=DeliveryStatus.FAILED, last_error=CHANNEL_DISABLED)
+    logger.info("channel %s is disabled: %d deliveries not sent", deliveries[0].channel, withdrawn)
 
 
 def _release(deliveries: Sequence[Delivery], until: datetime, at: datetime) -> None:

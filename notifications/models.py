@@ -61,7 +61,7 @@ class AlertKind(models.TextChoices):
 class DeliveryStatus(models.TextChoices):
     PENDING = "pending"
     SENT = "sent"
-    FAILED = "failed"  # gave up after the last attempt
+    FAILED = "failed"  # gave up after the last attempt, or its channel was disabled
 
 
 class Channel(models.Model):

@@ -328,6 +328,32 @@ def test_a_recovered_channel_sends_what_waited_and_is_no_longer_marked(
     assert Delivery.objects.get().status == DeliveryStatus.SENT
 
 
+def test_a_channel_disabled_while_a_delivery_waits_for_its_retry_sends_nothing_more(
+    make_endpoint, tenant, target, now
+):
+    target.reply("/old-room", status=503)
+    channel = Channel.objects.create(
+        tenant=tenant, name="old", kind=ChannelKind.WEBHOOK, target=target.url("/old-room")
+    )
+    fail(make_endpoint(name="api"), 3)
+    notify_cycle(now=now)
+    notify_cycle(now=now + 10 * S)  # the first attempt fails: retried after its backoff
+    target.reply("/old-room", status=200)
+    channel.enabled = False
+    channel.save(update_fields=["enabled"])
+
+    delivery = Delivery.objects.get()
+    notify_cycle(now=delivery.next_attempt_at)
+    notify_cycle(now=delivery.next_attempt_at + timedelta(hours=1))
+
+    assert len(target.hits("/old-room")) == 1
+    delivery.refresh_from_db()
+    channel.refresh_from_db()
+    assert (delivery.status, delivery.attempts) == (DeliveryStatus.FAILED, 1)
+    assert delivery.last_error == "Not sent: the channel was disabled before it went out."
+    assert channel.consecutive_failures == 1  # the one real failure, nothing for the rest
+
+
 def test_apprise_channels_deliver_through_apprise(make_endpoint, tenant, target, now):
     # Apprise's json:// service posts to any host: the receiver stands in for Slack & co.
     host = target.url("/").split("://")[1].rstrip("/")
