@@ -24,8 +24,8 @@ from endpoints import validation
 from endpoints.engine import metrics
 from endpoints.engine.executor import perform_request
 from endpoints.engine.logs import log_event
-from endpoints.engine.outcomes import NO_HINT, RESULT_STATUS
-from endpoints.engine.running import request_for
+from endpoints.engine.outcomes import NO_HINT, RESULT_STATUS, run_policy_of
+from endpoints.engine.running import judged, request_for
 from endpoints.governor import (
     EndpointSchedule,
     Plan,
@@ -200,7 +200,8 @@ def _in_flight_message(endpoint: Endpoint, now: datetime) -> str:
 
 
 def test_endpoint(endpoint: Endpoint, *, now: datetime | None = None) -> Run:
-    """Call the endpoint once now and record a ``test`` run; the schedule is untouched.
+    """Call the endpoint once now and record a ``test`` run, judged by its run policy's
+    success criteria as a scheduled run is; the schedule is untouched.
 
     Allowed while paused (that is when people check an endpoint by hand).
     """
@@ -216,8 +217,11 @@ def test_endpoint(endpoint: Endpoint, *, now: datetime | None = None) -> Run:
         request_url=strip_userinfo(endpoint.url),
     )
     tenant = endpoint.job.tenant
-    result = perform_request(
-        request_for(endpoint, tenant.hmac_secret, tenant.previous_secret(timezone.now()))
+    result, _kind = judged(
+        perform_request(
+            request_for(endpoint, tenant.hmac_secret, tenant.previous_secret(timezone.now()))
+        ),
+        run_policy_of(endpoint),
     )
     finished = started + timedelta(milliseconds=max(int(result.duration_ms), 0))
     Run.objects.filter(pk=run.pk).update(

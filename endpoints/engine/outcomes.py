@@ -76,7 +76,7 @@ class Outcome:
     failure_kind: str = ""
 
 
-def run_policy_of(endpoint: ClaimedEndpoint) -> RunPolicy:
+def run_policy_of(endpoint: ClaimedEndpoint | Endpoint) -> RunPolicy:
     """The endpoint's run policy; the default without parsing when neither it nor its job
     has one. A stored policy that no longer parses (edited by hand in the database)
     falls back to the default rather than stopping the endpoint."""

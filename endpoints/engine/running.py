@@ -119,28 +119,8 @@ class Started:
             return perform_request(self._request(), policy=policy)
 
     def outcome(self, result: HttpResult) -> Outcome:
-        """The outcome, judged by the run policy's success criteria (none by default:
-        the executor's verdict, 2xx, stands and nothing more is computed)."""
-        kind = ""
-        policy = run_policy_of(self.endpoint)
-        if result.status in ("success", "failure", "timeout"):
-            if policy.checks_success:
-                verdict = policies.judge(
-                    policy,
-                    status=result.status,
-                    status_code=result.status_code,
-                    body=result.body,
-                    duration_ms=result.duration_ms,
-                    error=result.error,
-                )
-                kind = verdict.kind
-                if verdict.success and result.status != "success":
-                    result = replace(result, status="success", error="")
-                elif not verdict.success:
-                    failed: ResultStatus = "timeout" if result.status == "timeout" else "failure"
-                    result = replace(result, status=failed, error=verdict.reason or result.error)
-            elif result.status != "success":
-                kind = policies.classify(result.status, result.status_code)
+        """The outcome, judged by the run policy's success criteria (``judged``)."""
+        result, kind = judged(result, run_policy_of(self.endpoint))
         # When the request really started: the loop sends it at ``started`` or a little
         # later, and the run's record and its next slot count from that.
         started = self.started
@@ -643,6 +623,33 @@ def _mark_lost(run: Run, now: datetime, why: str) -> None:
     Run.objects.filter(pk=run.pk, status=RunStatus.LOST, error=EXPIRED_RUN_ERROR).update(
         error=f"Lost: {why}."
     )
+
+
+def judged(result: HttpResult, policy: policies.RunPolicy) -> tuple[HttpResult, str]:
+    """``result`` as the run policy's success criteria see it, and the kind of its failure
+    (``policies.RETRYABLE``, ``NEEDS_PERSON`` or ``OTHER``; "" for a success). Every call
+    of an endpoint is judged here, a scheduled run's and a test's alike. Without criteria
+    (the default) the executor's verdict, 2xx, stands and nothing more is computed."""
+    kind = ""
+    if result.status in ("success", "failure", "timeout"):
+        if policy.checks_success:
+            verdict = policies.judge(
+                policy,
+                status=result.status,
+                status_code=result.status_code,
+                body=result.body,
+                duration_ms=result.duration_ms,
+                error=result.error,
+            )
+            kind = verdict.kind
+            if verdict.success and result.status != "success":
+                result = replace(result, status="success", error="")
+            elif not verdict.success:
+                failed: ResultStatus = "timeout" if result.status == "timeout" else "failure"
+                result = replace(result, status=failed, error=verdict.reason or result.error)
+        elif result.status != "success":
+            kind = policies.classify(result.status, result.status_code)
+    return result, kind
 
 
 def request_for(

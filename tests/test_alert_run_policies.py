@@ -1,7 +1,9 @@
-"""Alerts about a run policy's breaker: its opening is told once per failure streak,
-with its reason, however many failed probes re-open it; a probe that succeeds is told as
-a recovery. The in-process scheduler (what ``runscheduler`` runs) calls a real HTTP
-target on 127.0.0.1; the notify cycle's detection runs between its ticks."""
+"""Alerts and run policies. The breaker's opening is told once per failure streak, with
+its reason, however many failed probes re-open it; a probe that succeeds is told as a
+recovery. A test run is judged by the success criteria as a scheduled run is, so one
+that fails them is no recovery. The in-process scheduler (what ``runscheduler`` runs)
+calls a real HTTP target on 127.0.0.1; the notify cycle's detection runs between its
+ticks."""
 
 from __future__ import annotations
 
@@ -12,7 +14,8 @@ import pytest
 from django.utils import timezone
 
 from endpoints.embedded import EmbeddedScheduler
-from endpoints.models import Endpoint, HintHistory, HintKind, Job, Run
+from endpoints.models import Endpoint, HintHistory, HintKind, Job, Run, RunStatus, Slot
+from endpoints.operations import reset_failures, test_endpoint
 from notifications.alerts import detect_changes
 from notifications.models import Alert, AlertKind
 
@@ -96,3 +99,34 @@ def test_a_probe_that_closes_the_breaker_is_told_as_a_recovery(
     [recovered] = alerts(endpoint, AlertKind.RECOVERED)
     assert recovered.detail.startswith("succeeded again (HTTP 200) after")
     assert len(alerts(endpoint, AlertKind.PAUSED)) == 1
+
+
+def test_a_test_run_failing_the_success_criteria_is_no_recovery_after_a_reset(
+    scheduler, job, make_endpoint, target
+):
+    job.run_policy = {"body_json_path": "status", "body_json_equals": "ok"}
+    job.full_clean()
+    job.save()
+    target.reply("/status", status=200, body={"status": "error"})
+    endpoint = make_endpoint(
+        url=target.url("/status"), baseline_interval_ms=1_000, next_run_at=timezone.now()
+    )
+    assert tick_and_detect_until(scheduler, lambda: bool(alerts(endpoint, AlertKind.FAILING)), 20)
+    # No more ticks: wait for a run still in flight, so the test run below is the last.
+    assert target.wait_for(
+        lambda: (
+            not Run.objects.filter(endpoint=endpoint, status=RunStatus.RUNNING).exists()
+            and Slot.objects.filter(pk=endpoint.pk, claim_token__isnull=True).exists()
+        ),
+        timeout=10,
+    )
+
+    # A person resets the failures and tries it by hand: the answer is still wrong.
+    reset_failures(endpoint, now=timezone.now())
+    run = test_endpoint(endpoint)
+    detect_changes(now=timezone.now())
+    detect_changes(now=timezone.now())
+
+    assert (run.status, run.status_code) == (RunStatus.FAILURE, 200)
+    assert run.error == 'status is "error", expected "ok"'
+    assert alerts(endpoint, AlertKind.RECOVERED) == []
