@@ -212,11 +212,20 @@ def check_apprise_url(target: str) -> None:
             f"Give one Apprise URL per channel: Apprise reads this target as {count} URLs "
             "(separated by commas or spaces); make a channel for each."
         )
-    query = urlsplit(target).query if "?" in target else ""
-    for name, _value in parse_qsl(query, keep_blank_values=True):
-        why = REFUSED_APPRISE_PARAMS.get(name.strip().lower())
-        if why:
+    for name in _parameter_names(target):
+        if why := REFUSED_APPRISE_PARAMS.get(name):
             raise ValidationError(f"Remove the '{name}=' parameter: it {why}.")
+
+
+def _parameter_names(target: str) -> list[str]:
+    """The URL's parameter names as Apprise reads them (a query after a fragment too:
+    ``…/#channel?rto=…``), and as a plain URL parser does, lowercased."""
+    from apprise.utils.parse import parse_url  # lazily: see apprise_plugin
+
+    query = urlsplit(target).query if "?" in target else ""
+    names = [name for name, _value in parse_qsl(query, keep_blank_values=True)]
+    names += (parse_url(target, verify_host=False) or {}).get("qsd", {})
+    return [name.strip().lower() for name in names]
 
 
 def apprise_recipients(plugin: Any) -> int:

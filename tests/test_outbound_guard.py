@@ -166,6 +166,9 @@ def test_a_redirect_apprise_follows_to_an_internal_address_is_refused_at_connect
         ("vapid://user@example.com/endpoint?subfile=/proc/self/environ", "subfile"),
         ("mailto://u:p@example.com?pgpkey=/etc/passwd&to=a@example.com", "pgpkey"),
         ("json://example.com/?rto=100000", "rto"),
+        # Apprise reads parameters after a fragment too ("#channel?..."), so must we.
+        ("json://example.com/#x?rto=100000", "rto"),
+        ("mailto://u:p@example.com/#x?to=a@example.com&pgpkey=/etc/passwd", "pgpkey"),
     ],
 )
 def test_apprise_parameters_that_read_files_or_fetch_urls_are_refused(
