@@ -7,8 +7,10 @@ every exactly-once unique constraint already holds, so the constraints stay as t
 One partition per ``WIDTH`` (a week, Monday 00:00 UTC to Monday), named after its first
 day (``endpoints_run_p20261123``), created ahead by the hourly maintenance
 (``maintenance.prune_runs``); a DEFAULT partition takes any row whose week has no
-partition yet, so an insert never fails when maintenance fell behind. SQLite keeps the
-plain table: every function here is only called when :func:`partitioned` says so.
+partition yet, so an insert never fails when maintenance fell behind. A week DEFAULT
+already holds runs of keeps them there, and gets no partition (see :func:`create`).
+SQLite keeps the plain table: every function here is only called when
+:func:`partitioned` says so.
 
 Why a week and not a day (bench/README.md "Issue 23: partitioned history"): a query
 that is not bounded by ``scheduled_for``, as every "latest runs of an endpoint" is, is
@@ -89,13 +91,15 @@ def starts() -> list[datetime]:
 
 
 def create_ahead(*, now: datetime) -> list[datetime]:
-    """Create the current partition and the next ``AHEAD`` that are missing; returns the
+    """Create the current partition and the next ``AHEAD`` that are missing, except those
+    whose week the DEFAULT partition already holds runs of (:func:`create`); returns the
     lower bounds of those created. Stops at the first that cannot take its lock."""
     have = set(starts())
+    weeks = [start_of(now) + k * WIDTH for k in range(AHEAD + 1)]
+    with connection.cursor() as cursor:
+        missing = [s for s in weeks if s not in have and not _held_by_default(cursor, s)]
     created = []
-    for start in (start_of(now) + k * WIDTH for k in range(AHEAD + 1)):
-        if start in have:
-            continue
+    for start in missing:
         if not create(start):
             break
         created.append(start)
@@ -103,9 +107,16 @@ def create_ahead(*, now: datetime) -> list[datetime]:
 
 
 def create(start: datetime) -> bool:
-    """Create the partition from ``start``, moving into it the rows the DEFAULT partition
-    already holds for its range (PostgreSQL refuses to attach a range the default has
-    rows of).
+    """Create the partition from ``start``, unless the DEFAULT partition holds runs of its
+    range (PostgreSQL refuses to attach such a range): False then, or when the lock
+    could not be had (nothing changed either way).
+
+    Such runs are not moved into the new partition: a statement that waited on the
+    DEFAULT partition's lock meanwhile (a run's finish, a lease renewal, a delete) was
+    planned against the partitions there were, so it would then look for its row in
+    DEFAULT alone, find it gone and change nothing: a finished run left ``running``, later
+    swept as lost. Their week stays in DEFAULT, whose old runs retention deletes row by
+    row (``maintenance.prune_runs``); only weeks not yet written get partitions.
     Created apart and then attached: ``ATTACH`` takes a lock on the parent that inserts
     and reads pass, where ``CREATE TABLE … PARTITION OF`` would block them."""
     name = name_of(start)
@@ -113,17 +124,14 @@ def create(start: datetime) -> bool:
     try:
         with transaction.atomic(), connection.cursor() as cursor:
             _bounded_wait(cursor)
-            # Nothing may enter the default for this range between the move and the attach.
+            # Nothing may enter the default for this range between the check and the attach.
             cursor.execute(f"LOCK TABLE {DEFAULT} IN ACCESS EXCLUSIVE MODE")
+            if _held_by_default(cursor, start):
+                log_event(logging.INFO, f"run partition {name} not made: DEFAULT holds its runs")
+                return False
             cursor.execute(
                 f"CREATE TABLE {name} (LIKE {TABLE} INCLUDING DEFAULTS INCLUDING CONSTRAINTS)"
             )
-            cursor.execute(
-                f"WITH moved AS (DELETE FROM {DEFAULT} WHERE scheduled_for >= %s"  # noqa: S608 - our names
-                f" AND scheduled_for < %s RETURNING *) INSERT INTO {name} SELECT * FROM moved",
-                bounds,
-            )
-            moved = cursor.rowcount
             cursor.execute(
                 f"ALTER TABLE {TABLE} ATTACH PARTITION {name} FOR VALUES FROM (%s) TO (%s)",
                 bounds,
@@ -135,9 +143,17 @@ def create(start: datetime) -> bool:
     except OperationalError as error:  # the lock wait ran out: the next hour tries again
         log_event(logging.WARNING, f"run partition {name} not created yet: {error}")
         return False
-    if moved:
-        log_event(logging.INFO, f"run partition {name} created with {moved} run(s) from default")
     return True
+
+
+def _held_by_default(cursor: CursorWrapper, start: datetime) -> bool:
+    """Whether the DEFAULT partition holds runs of the week from ``start``."""
+    cursor.execute(
+        f"SELECT EXISTS (SELECT 1 FROM {DEFAULT}"  # noqa: S608 - our names
+        " WHERE scheduled_for >= %s AND scheduled_for < %s)",
+        [start, start + WIDTH],
+    )
+    return bool(cursor.fetchone()[0])
 
 
 def older_than(cutoff: datetime) -> list[datetime]:
