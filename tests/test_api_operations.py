@@ -3,17 +3,23 @@ endpoint, through the same validation and scheduling functions as the admin."""
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 from datetime import timedelta
 from typing import Any
 
 import httpx
+import psycopg
 import pytest
+from django.db import connection
 from django.utils import timezone
 
-from endpoints.models import Endpoint, HintHistory, Job, Tenant
+from endpoints.engine.claiming import claim_due_endpoints
+from endpoints.engine.running import start_claims
+from endpoints.models import Endpoint, HintHistory, Job, Run, RunStatus, Slot, Source, Tenant
 from endpoints.secrets import MASK
 from tests.api_world import make_key
+from tests.engine_processes import wait_until
 from tests.http_targets import TargetServer
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -162,6 +168,57 @@ def test_jobs_are_created_listed_changed_paused_resumed_and_deleted(
     duplicate = http.post("/jobs", json={"name": "x"})
     assert duplicate.status_code == 422
     assert "already exists" in str(duplicate.json()["errors"])
+
+
+def test_an_endpoint_is_deleted_even_when_a_run_starts_while_its_history_goes(
+    http: httpx.Client, make_endpoint: Any
+) -> None:
+    """Deleting an endpoint deletes its runs first (a long history takes a while): a run
+    the scheduler starts meanwhile goes with it, instead of failing the delete (a 500,
+    nothing deleted, the endpoint still running)."""
+    endpoint = make_endpoint()
+    now = timezone.now()
+    old = Run.objects.create(
+        endpoint=endpoint, scheduled_for=now, started_at=now, status=RunStatus.SUCCESS
+    )
+    Slot.objects.filter(pk=endpoint.pk).update(
+        next_run_at=now, next_run_source=Source.BASELINE_INTERVAL
+    )
+    [claim] = claim_due_endpoints(now=now, limit=1, horizon_ms=0)  # before the delete
+    db = connection.settings_dict
+    holder = psycopg.connect(
+        dbname=db["NAME"], user=db["USER"], host=db["HOST"], port=db["PORT"] or 5432
+    )
+    answers: list[httpx.Response] = []
+    try:
+        # Another statement holds one old run for a moment: the delete waits there, its
+        # list of runs already made.
+        holder.execute("SELECT id FROM endpoints_run WHERE id = %s FOR UPDATE", [old.pk])
+        deleting = threading.Thread(
+            target=lambda: answers.append(http.delete(f"/endpoints/{endpoint.pk}")), daemon=True
+        )
+        deleting.start()
+        waiting = 'DELETE FROM "endpoints_run"'
+        assert wait_until(lambda: _waits_for_a_lock(holder, waiting), timeout=5)
+        [started] = start_claims([claim])  # the scheduler records the claim's run
+        assert started is not None
+        holder.rollback()
+        deleting.join(timeout=10)
+    finally:
+        holder.close()
+    assert [answer.status_code for answer in answers] == [200], answers[0].text
+    assert not Endpoint.objects.filter(pk=endpoint.pk).exists()
+    assert not Run.objects.filter(pk__in=[old.pk, started.run.pk]).exists()
+
+
+def _waits_for_a_lock(observer: psycopg.Connection, statement: str) -> bool:
+    observer.execute("SELECT pg_stat_clear_snapshot()")  # kept per transaction otherwise
+    row = observer.execute(
+        "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
+        " AND query LIKE %s AND pid <> pg_backend_pid()",
+        [f"{statement}%"],
+    ).fetchone()
+    return bool(row and row[0])
 
 
 def test_export_delete_and_recreate_through_the_api_round_trips(
