@@ -9,8 +9,9 @@ database deletes it with the endpoint row; a run inserted after that row is gone
 for the delete and is refused (the engine gives its claim back). Django's own cascade
 still runs first; the key stays deferred (the check of an insert is unchanged).
 
-SQLite needs nothing: its transactions are IMMEDIATE (settings), so no run is recorded
-while a delete is under way.
+SQLite is left as it is (changing a key there rebuilds the table): its transactions are
+IMMEDIATE (settings), so no run is recorded while a delete's transaction is open; what
+Django collects before opening it (``Model.delete``) is not covered.
 """
 
 from django.db import migrations
