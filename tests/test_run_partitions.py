@@ -252,8 +252,58 @@ def test_a_run_in_flight_keeps_its_outcome_when_maintenance_comes_back_after_wee
         assert (run.status, run.status_code) == (RunStatus.SUCCESS, 200)
         assert MONDAY + WEEK in partitions.starts()  # the next weeks are made all the same
     finally:
-        _drop_partitions_from(blocker, MONDAY)
+        _drop_partitions_between(blocker, MONDAY, MONDAY + 52 * WEEK)
         blocker.close()
+
+
+@pytest.mark.usefixtures("retention")
+@pytest.mark.django_db(transaction=True)
+def test_a_run_recorded_in_a_partition_while_retention_drops_it_is_kept(make_endpoint, target):
+    """Back after a longer outage than the retention, every endpoint catches up with a run
+    of its slot, weeks old: in a partition the same maintenance pass drops. A run recorded
+    there after the pass read what to keep is kept all the same (it was dropped with the
+    partition: a run that happened, with no record)."""
+    now = datetime(2020, 6, 15, 12, 0, tzinfo=UTC)  # before the partitions the migration made
+    old_start = partitions.start_of(now) - 8 * WEEK
+    quiet, behind = make_endpoint(), make_endpoint(url=target.url("/"))
+    db = _second_connection()
+    try:
+        with time_machine.travel(now, tick=True):
+            assert partitions.create(old_start)
+            assert partitions.create(partitions.start_of(now - DAY))
+            old = [make_run(quiet, old_start + H + k * S) for k in range(3)]
+            original = make_run(quiet, old_start + 2 * H, status=RunStatus.LOST)
+            retry = make_run(
+                quiet, now - DAY, trigger=RunTrigger.RETRY, attempt=2, retry_of=original
+            )
+            recent = [make_run(quiet, now - k * H) for k in range(2)]
+            slot = old_start + 3 * H  # where the outage left it
+            Slot.objects.filter(pk=behind.pk).update(
+                next_run_at=slot, next_run_source=Source.BASELINE_INTERVAL
+            )
+            [claim] = claim_due_endpoints(now=now, limit=1, horizon_ms=0)
+            # The retry's row is busy a moment: the pass waits to unlink it, its list of
+            # what to keep already read.
+            db.execute(
+                "SELECT id FROM endpoints_run WHERE id = %s AND scheduled_for = %s FOR UPDATE",
+                [retry.pk, retry.scheduled_for],  # its partition alone
+            )
+            pruning = _in_thread(lambda: prune_runs(now=now))
+            assert wait_until(lambda: _waiting(db, "UPDATE endpoints_run AS r"), timeout=4)
+            called = running.call_claim(claim)  # the catch-up run, in the old partition
+            assert isinstance(called, outcomes.Outcome)
+            db.rollback()
+            pruning.join(timeout=10)
+            running.record_outcomes([called])
+        assert not pruning.is_alive()
+        assert old_start not in partitions.starts()
+        run = Run.objects.filter(pk=called.run.pk).first()
+        assert run is not None and (run.status, run.scheduled_for) == (RunStatus.SUCCESS, slot)
+        assert set(Run.objects.filter(endpoint=quiet)) == {retry, *recent}
+        assert not Run.objects.filter(pk__in=[r.pk for r in old]).exists()
+    finally:
+        _drop_partitions_between(db, now - 52 * WEEK, now + 52 * WEEK)
+        db.close()
 
 
 def _in_thread(work: Callable[[], object]) -> threading.Thread:
@@ -269,21 +319,21 @@ def _in_thread(work: Callable[[], object]) -> threading.Thread:
 
 
 def _waiting(observer: psycopg.Connection, query: str) -> bool:
-    """Whether another connection's statement starting with ``query`` waits for a lock."""
+    """Whether another connection's statement holding ``query`` waits for a lock."""
     observer.execute("SELECT pg_stat_clear_snapshot()")  # kept per transaction otherwise
     row = observer.execute(
         "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
         " AND query LIKE %s AND pid <> pg_backend_pid()",
-        [f"{query}%"],
+        [f"%{query}%"],
     ).fetchone()
     return bool(row and row[0])
 
 
-def _drop_partitions_from(db: psycopg.Connection, start: datetime) -> None:
+def _drop_partitions_between(db: psycopg.Connection, lo: datetime, hi: datetime) -> None:
     """Partitions made outside a test's rollback go by hand (DDL committed)."""
     db.rollback()
     with db.transaction():
-        for name in [partitions.name_of(s) for s in _starts(db) if s >= start]:
+        for name in [partitions.name_of(s) for s in _starts(db) if lo <= s < hi]:
             db.execute(f"DROP TABLE {name}")
 
 

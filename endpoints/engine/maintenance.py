@@ -158,10 +158,12 @@ def _prune_postgresql(
     return deleted
 
 
-# What a partition must keep before it is dropped: the complement of what the
-# statements above delete (runs in flight, runs started at or after the cutoff, the
-# latest runs of the endpoints in ``floors``), each found through an index.
+# How many runs a partition holds, and what it must keep before it is dropped (one
+# snapshot): the complement of what the statements above delete (runs in flight, runs
+# started at or after the cutoff, the latest runs of the endpoints in ``floors``), each
+# found through an index. A run recorded in it later is kept by ``partitions.drop``.
 _PARTITION_KEEPS = """
+SELECT (SELECT count(*) FROM {p}), ARRAY(
 SELECT id FROM {p} WHERE status = 'running'
 UNION SELECT id FROM {p} WHERE started_at >= %s
 UNION SELECT r.id FROM unnest(%s::bigint[], %s::timestamptz[], %s::bigint[]) AS f(e, at, id)
@@ -169,6 +171,7 @@ UNION SELECT r.id FROM unnest(%s::bigint[], %s::timestamptz[], %s::bigint[]) AS 
         SELECT id FROM {p} AS r WHERE r.endpoint_id = f.e
         AND (f.at IS NULL OR (r.started_at, r.id) >= (f.at, f.id))
     ) AS r ON true
+)
 """
 # Retries of the runs about to go lose their link first, as ``_PRUNE_DELETE`` does
 # (the few retries, through endpoints_run_retries, each probing the partition's key).
@@ -189,11 +192,9 @@ def _prune_partitions(cutoff: datetime, keep: int, *, exact: bool) -> int:
     deleted = 0
     for start in partitions.older_than(cutoff):
         p = partitions.name_of(start)
-        keeps = fetch(_PARTITION_KEEPS.format(p=p), [cutoff, *columns], prepare=False)
-        kept = [row[0] for row in keeps]
-        total = fetch(f"SELECT count(*) FROM {p}", [], prepare=False)[0][0]  # noqa: S608
+        [(total, kept)] = fetch(_PARTITION_KEEPS.format(p=p), [cutoff, *columns], prepare=False)
         fetch(_PARTITION_UNLINK.format(p=p), [kept], prepare=False)
-        if not partitions.drop(start, keep=kept):
+        if not partitions.drop(start, keep=kept, since=cutoff):
             return deleted  # the lock was busy: the rest waits for the next prune
         deleted += total - len(kept)
     # Only a partition that exists will be dropped: runs of that range held by DEFAULT go.

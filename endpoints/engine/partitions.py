@@ -161,18 +161,23 @@ def older_than(cutoff: datetime) -> list[datetime]:
     return [start for start in starts() if start + WIDTH <= cutoff]
 
 
-def drop(start: datetime, *, keep: Sequence[int]) -> bool:
-    """Drop the partition from ``start``, first moving the runs ``keep`` names (by id)
-    back into the table: with their partition detached they land in the DEFAULT
-    partition, ids intact. False when the lock could not be had (nothing changed)."""
+def drop(start: datetime, *, keep: Sequence[int], since: datetime) -> bool:
+    """Drop the partition from ``start``, first moving the runs ``keep`` names (by id) back
+    into the table, and with them every run of it in flight or started at or after
+    ``since``: one recorded there after ``keep`` was read (a catch-up of a slot that old,
+    after an outage longer than the retention) is kept too, found once the partition is
+    detached and nothing can enter it any more. With their partition detached they land
+    in the DEFAULT partition, ids intact. False when the lock could not be had (nothing
+    changed)."""
     name = name_of(start)
     try:
         with transaction.atomic(), connection.cursor() as cursor:
             _bounded_wait(cursor)
             cursor.execute(f"ALTER TABLE {TABLE} DETACH PARTITION {name}")
             cursor.execute(
-                f"INSERT INTO {TABLE} SELECT * FROM {name} WHERE id = ANY(%s)",  # noqa: S608
-                [list(keep)],
+                f"INSERT INTO {TABLE} SELECT * FROM {name}"  # noqa: S608
+                " WHERE id = ANY(%s) OR status = 'running' OR started_at >= %s",
+                [list(keep), since],
             )
             cursor.execute(f"DROP TABLE {name}")
     except OperationalError as error:
