@@ -9,6 +9,10 @@ database deletes it with the endpoint row; a run inserted after that row is gone
 for the delete and is refused (the engine gives its claim back). Django's own cascade
 still runs first; the key stays deferred (the check of an insert is unchanged).
 
+The key is made again, so PostgreSQL checks every run against it (PostgreSQL 15 has no
+NOT VALID key on a partitioned table), holding off run writes meanwhile: on a large
+history run it in a maintenance window, as 0017.
+
 SQLite is left as it is (changing a key there rebuilds the table): its transactions are
 IMMEDIATE (settings), so no run is recorded while a delete's transaction is open; what
 Django collects before opening it (``Model.delete``) is not covered.
