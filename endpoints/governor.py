@@ -5,7 +5,10 @@ dataclass whose fields are named like the Endpoint fields. The rules, in order:
 
 1. Baseline: cron -> next occurrence strictly after ``now`` in the endpoint's time zone
    (``baseline-cron``); interval -> ``now + interval * 2**min(failure_count, 5)``
-   (``baseline-interval``). Backoff applies to the baseline interval only.
+   (``baseline-interval``). Backoff applies to the baseline interval only. A late
+   scheduled run's interval keeps its slot's phase (``phase_slot``, issue 23): the first
+   ``slot + k * interval`` at least half an interval (and the minimum intervals) after
+   ``now``; every rule below applies to that time as to any baseline.
 2. Hints are fresh only while ``ai_hint_expires_at > now`` (strict). Interval hint ->
    ``now + ai_hint_interval_ms`` (``ai-interval``); one-shot -> ``ai_hint_next_run_at``
    (``ai-oneshot``).
@@ -105,6 +108,7 @@ POLICY_FIELDS = (
     "active_from",
     "active_until",
     "run_once_at",
+    "phase_slot",
 )
 # A search through windows that touch or alternate (blackouts inside allowed hours) takes
 # one step per window edge; a week and a day of edges bounds it.
@@ -137,6 +141,8 @@ class EndpointSchedule:
     active_from: datetime | None = None  # no run before
     active_until: datetime | None = None  # no run after
     run_once_at: datetime | None = None  # a one-off: this run, then none
+    # The engine's, for a scheduled run: its slot, whose phase a late run's interval keeps.
+    phase_slot: datetime | None = None
 
     @classmethod
     def from_endpoint(cls, endpoint: Any) -> EndpointSchedule:
@@ -253,6 +259,8 @@ def decide(now: datetime, schedule: EndpointSchedule) -> Decision:
     steps: list[str] = _out_of_bounds(schedule)
     baseline = _baseline(now, schedule)
     steps.insert(0, f"baseline: {_when(baseline.at, now)} ({baseline.source})")
+    if schedule.phase_slot is not None and _on_phase(now, schedule) is not None:
+        steps.append(f"started late: kept on the phase of its slot, {_stamp(schedule.phase_slot)}")
     if schedule.jitter_offset_ms and schedule.baseline_cron:
         steps.append(
             f"jitter: each cron slot + {schedule.jitter_offset_ms / 1000:g} s (run policy)"
@@ -449,7 +457,38 @@ def _baseline(now: datetime, schedule: EndpointSchedule) -> Candidate:
         )
     if not schedule.baseline_interval_ms:
         raise ValueError("The schedule has neither a cron expression nor an interval.")
+    on_phase = _on_phase(now, schedule)
+    if on_phase is not None:
+        return Candidate(BASELINE_INTERVAL, on_phase)
     return Candidate(BASELINE_INTERVAL, now + _ms(backed_off_ms(schedule)))
+
+
+# A late interval run's next run is its next slot of the same phase at least this
+# fraction of the interval after its start.
+PHASE_MIN_GAP = 0.5
+
+
+def _on_phase(now: datetime, schedule: EndpointSchedule) -> datetime | None:
+    """A late interval run's next baseline time on its slot's phase: the first of ``slot +
+    k * interval`` at least half an interval after ``now`` (its start); None when it
+    plans from its start (on time, cron, or a minimum interval as long as the interval).
+
+    Planned from the late start, a cohort delayed together (a busy second, a cold start,
+    an outage) stays bunched for good: the backlog drains faster than the fleet's rate,
+    so every cycle its slots fall due in fewer seconds than they were spread over, and
+    those seconds are late again. On the phase, like a cron, each endpoint goes back to
+    its own second however late it was; never closer to the start than half the
+    interval nor than the minimum intervals allow."""
+    slot = schedule.phase_slot
+    if slot is None or slot >= now or schedule.baseline_cron or not schedule.baseline_interval_ms:
+        return None
+    interval = _ms(backed_off_ms(schedule))
+    floor = max(schedule.min_interval_ms or 0, schedule.tenant_min_interval_ms or 0)
+    gap = max(interval * PHASE_MIN_GAP, _ms(_bounded(floor)))
+    if gap >= interval:  # a minimum interval as long as the baseline: start to start
+        return None
+    cycles = -((slot - (now + gap)) // interval)
+    return slot + max(cycles, 1) * interval
 
 
 def backed_off_ms(schedule: EndpointSchedule) -> int:

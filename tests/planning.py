@@ -11,7 +11,7 @@ from endpoints.models import Run
 def planned_after(run: Run, interval: timedelta, floor: timedelta = timedelta(0)) -> datetime:
     """Start to start when on time; a late run's next slot of its own phase at least half
     an interval (and the minimum intervals, ``floor``) after its start
-    (``endpoints.engine.outcomes.keep_phase``)."""
+    (the governor's ``phase_slot``)."""
     late = run.started_at - run.scheduled_for
     gap = max(interval / 2, floor)
     if late <= timedelta(0) or gap >= interval:

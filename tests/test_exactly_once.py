@@ -183,7 +183,7 @@ def test_a_worker_killed_mid_request_loses_the_run_and_the_slot_runs_again_after
     endpoint.refresh_from_db()
     assert endpoint.claim_token is None
     # The retry started late, after the lease expired: its next run is the slot's phase
-    # (outcomes.keep_phase), the next hour.
+    # (the governor's phase_slot), the next hour.
     planned = planned_after(retry, timedelta(hours=1))
     assert planned == retry.scheduled_for + timedelta(hours=1)
     assert endpoint.next_run_at == planned

@@ -152,3 +152,74 @@ def test_hints_and_manual_runs_plan_from_their_start(make_endpoint, target, time
     manual.refresh_from_db()
     assert run.trigger == RunTrigger.MANUAL
     assert manual.next_run_at == run.started_at + 10 * S
+
+
+def run_after_outage(clock, back: datetime) -> Run:
+    """The scheduler comes back at ``back``: claims the overdue slot and runs it."""
+    clock.move_to(back, tick=False)
+    [claim] = claim_due_endpoints(now=back, limit=10, horizon_ms=0)
+    return execute_claim(claim)
+
+
+def test_a_late_runs_phase_slot_still_keeps_out_of_a_blackout(make_endpoint, target, time_machine):
+    """Back 4 min late, a 10 min endpoint's next slot of its phase (12:10) falls in its
+    12:10-12:12 blackout, though its start plus the interval (12:14) does not: the run
+    never goes into the blackout, it moves to the blackout's end."""
+    time_machine.move_to(START, tick=False)
+    endpoint = make_endpoint(
+        url=target.url("/"),
+        baseline_interval_ms=600_000,
+        run_policy={"blackout": [{"start": "12:10", "end": "12:12"}]},
+        next_run_at=START,
+    )
+
+    run = run_after_outage(time_machine, START + 4 * 60 * S)
+
+    endpoint.refresh_from_db()
+    assert run.started_at == START + 4 * 60 * S
+    assert (endpoint.next_run_at, endpoint.next_run_source) == (
+        datetime(2026, 11, 22, 12, 12, tzinfo=UTC),
+        Source.WINDOW,
+    )
+
+
+def test_a_late_runs_phase_slot_never_stretches_past_the_maximum_interval(
+    make_endpoint, target, time_machine
+):
+    """A 60 s endpoint whose runs may be at most 80 s apart, back 35 s late: its phase's
+    next slot (its slot + 120 s, as its slot + 60 s is under half an interval away) would
+    be 85 s after its start; the maximum wins."""
+    time_machine.move_to(START, tick=False)
+    endpoint = make_endpoint(
+        url=target.url("/"),
+        baseline_interval_ms=60_000,
+        max_interval_ms=80_000,
+        next_run_at=START,
+    )
+
+    run = run_after_outage(time_machine, START + 35 * S)
+
+    endpoint.refresh_from_db()
+    assert (endpoint.next_run_at, endpoint.next_run_source) == (
+        run.started_at + 80 * S,
+        Source.CLAMPED_MAX,
+    )
+
+
+def test_a_late_runs_phase_slot_is_no_run_after_the_active_period(
+    make_endpoint, target, time_machine
+):
+    """The active period ends at 12:18: planned from its late start (12:07) the next run
+    (12:17) is inside it, but its phase's next slot (12:20) is not: no next run."""
+    time_machine.move_to(START, tick=False)
+    endpoint = make_endpoint(
+        url=target.url("/"),
+        baseline_interval_ms=600_000,
+        run_policy={"active_until": "2026-11-22T12:18:00Z"},
+        next_run_at=START,
+    )
+
+    run_after_outage(time_machine, START + 7 * 60 * S)
+
+    endpoint.refresh_from_db()
+    assert (endpoint.next_run_at, endpoint.next_run_source) == (None, Source.ENDED)

@@ -23,12 +23,10 @@ from endpoints.engine.executor import HttpResult
 from endpoints.engine.logs import log_event, logger
 from endpoints.engine.sql import ClaimedEndpoint
 from endpoints.governor import (
-    BASELINE_INTERVAL,
     HINT_FIELDS,
     PAUSED,
     RETRY,
     EndpointSchedule,
-    Plan,
     plan_next_run,
 )
 from endpoints.models import (
@@ -242,10 +240,10 @@ def next_state(outcome: Outcome, endpoint: ClaimedEndpoint) -> dict[str, Any]:
                 "retry_attempt": attempt + 1,
                 "retry_of_run": first,
             }
-    # Start-to-start cadence, a late run keeping its slot's phase (keep_phase); a run
-    # slower than its interval plans from its end instead, or the endpoint would be
-    # due again the moment it finished (trap 3).
-    plan = keep_phase(plan_next_run(started, schedule), outcome.claim, started, schedule)
+    # Start-to-start cadence, a scheduled run that started late keeping its slot's phase
+    # (the governor's ``phase_slot``); a run slower than its interval plans from its end
+    # instead, or the endpoint would be due again the moment it finished (trap 3).
+    plan = plan_next_run(started, on_phase(schedule, outcome.claim))
     if plan.next_run_at is not None and plan.next_run_at <= finished:
         plan = plan_next_run(finished, schedule)
     archived = endpoint.archived_at is not None  # archived in flight: no next run
@@ -259,40 +257,12 @@ def next_state(outcome: Outcome, endpoint: ClaimedEndpoint) -> dict[str, Any]:
     }
 
 
-# A late interval run's next run is its next slot of the same phase at least this
-# fraction of the interval after its start.
-PHASE_MIN_GAP = 0.5
-
-
-def keep_phase(plan: Plan, claim: Claim, started: datetime, schedule: EndpointSchedule) -> Plan:
-    """A late baseline-interval run's next run on its own phase: the first of ``slot +
-    k * interval`` at least half an interval after its start (issue 23).
-
-    Planned from the late start, a cohort delayed together (a busy second, a cold start,
-    an outage) stays bunched for good: the backlog drains faster than the fleet's rate,
-    so every cycle its slots fall due in fewer seconds than they were spread over, and
-    those seconds are late again. Planned on the phase, like a cron, each endpoint goes
-    back to its own second however late it was. Bounded: only scheduled runs on the
-    baseline interval (hints, clamps, cron, windows, pauses and manual runs plan from
-    their start), never closer to the start than half the interval nor than the minimum
-    intervals allow; a run on time (trap 2's case) plans from its start, unchanged.
-    """
-    late = started - claim.scheduled_for
-    if (
-        claim.trigger != RunTrigger.SCHEDULED
-        or plan.source != BASELINE_INTERVAL
-        or plan.next_run_at is None
-        or late <= timedelta(0)
-    ):
-        return plan
-    interval = plan.next_run_at - started
-    floor = max(schedule.min_interval_ms or 0, schedule.tenant_min_interval_ms or 0)
-    gap = max(interval * PHASE_MIN_GAP, timedelta(milliseconds=floor))
-    if gap >= interval:  # a minimum interval as long as the baseline: start to start
-        return plan
-    # The first slot of the phase at or after ``started + gap``.
-    cycles = -((claim.scheduled_for - (started + gap)) // interval)
-    return Plan(claim.scheduled_for + max(cycles, 1) * interval, plan.source)
+def on_phase(schedule: EndpointSchedule, claim: Claim) -> EndpointSchedule:
+    """The schedule with the run's slot, whose phase the governor keeps for a late run on
+    the baseline interval (issue 23); manual runs plan from their start."""
+    if claim.trigger != RunTrigger.SCHEDULED:
+        return schedule
+    return replace(schedule, phase_slot=claim.scheduled_for)
 
 
 def breaker_reason(outcome: Outcome, values: Mapping[str, Any]) -> str:
