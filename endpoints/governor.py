@@ -631,15 +631,28 @@ def explain_plan(now: datetime, schedule: EndpointSchedule) -> str:
     return f"{head}{detail}." + (f" Then: {reasons}." if reasons else "")
 
 
-def preview_runs(now: datetime, schedule: EndpointSchedule, count: int) -> list[Upcoming]:
-    """The next ``count`` run times as planned now, each run assumed to start on time and
-    succeed (no backoff); hints and a pause as they are. Cron slots follow the endpoint's
-    zone across DST (``next_cron_after``); a one-shot hint is used once. Fewer when the
-    runs end (the active period, a one-off): ``decide`` at the last one says why."""
+def preview_runs(
+    now: datetime,
+    schedule: EndpointSchedule,
+    count: int,
+    *,
+    last_run_at: datetime | None = None,
+) -> list[Upcoming]:
+    """The next ``count`` run times as planned now: the first where the engine has it,
+    start-to-start from the last run's start (``last_run_at``; a backoff in force
+    included), or now if that has passed, as a save plans it (``plan_after_edit``); then
+    each run assumed to start on time and succeed (no backoff); hints and a pause as they
+    are. Cron slots follow the endpoint's zone across DST (``next_cron_after``); a
+    one-shot hint is used once. Fewer when the runs end (the active period, a one-off):
+    ``decide`` at the last one says why."""
     plans: list[Upcoming] = []
-    at, current = now, replace(schedule, failure_count=0, retry_at=None)
-    for _ in range(max(count, 0)):
-        planned = plan_next_run(at, current)
+    at, current = now, replace(schedule, retry_at=None)
+    for index in range(max(count, 0)):
+        if index == 0:
+            planned = plan_after_edit(now, last_run_at, current)
+            current = replace(current, failure_count=0)
+        else:
+            planned = plan_next_run(at, current)
         if planned.next_run_at is None:
             break
         plan = Upcoming(planned.next_run_at, planned.source)

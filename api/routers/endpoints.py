@@ -113,13 +113,19 @@ MAX_PREVIEW = 100
     router, "get", "/endpoints/{endpoint_id}/preview", name="preview_runs", response=RunPreview
 )
 def preview_endpoint_runs(principal: Principal, endpoint_id: int, count: int = 10) -> RunPreview:
-    """The next ``count`` run times in the endpoint's zone and UTC, with DST, each run
-    assumed on time and successful; hints and a pause as they are now."""
+    """The next ``count`` run times in the endpoint's zone and UTC, with DST: the first
+    start to start from the last run (where the scheduler has it), each after it assumed
+    on time and successful; hints and a pause as they are now."""
     if not 1 <= count <= MAX_PREVIEW:
         raise InvalidInput({"count": [f"Ask for 1..{MAX_PREVIEW} runs; got {count}."]})
     endpoint = scoped_endpoint(principal, endpoint_id)
     zone = ZoneInfo(endpoint.timezone or "UTC")
-    plans = preview_runs(timezone.now(), EndpointSchedule.from_endpoint(endpoint), count)
+    plans = preview_runs(
+        timezone.now(),
+        EndpointSchedule.from_endpoint(endpoint),
+        count,
+        last_run_at=endpoint.last_run_at,
+    )
     return RunPreview(
         timezone=endpoint.timezone,
         runs=[

@@ -141,7 +141,12 @@ def next_runs(model_admin: Any, obj: Endpoint) -> SafeString | str:
     if obj.pk is None or obj.archived_at:
         return "—"
     try:
-        plans = preview_runs(timezone.now(), EndpointSchedule.from_endpoint(obj), PREVIEW_RUNS)
+        plans = preview_runs(
+            timezone.now(),
+            EndpointSchedule.from_endpoint(obj),
+            PREVIEW_RUNS,
+            last_run_at=obj.last_run_at,
+        )
     except ValueError as exc:
         return f"cannot be planned: {exc}"
     zone = ZoneInfo(obj.timezone or "UTC")

@@ -82,7 +82,8 @@ def _preview(endpoint: Endpoint) -> RunsPreview:
     now = timezone.now()
     zone = ZoneInfo(endpoint.timezone)
     plans = [] if endpoint.archived_at else preview_runs(
-        now, EndpointSchedule.from_endpoint(endpoint), PREVIEW_COUNT
+        now, EndpointSchedule.from_endpoint(endpoint), PREVIEW_COUNT,
+        last_run_at=endpoint.last_run_at,
     )  # fmt: skip
     runs: list[PreviewRun] = [
         {
@@ -109,7 +110,10 @@ def _preview(endpoint: Endpoint) -> RunsPreview:
 
 def _notes(endpoint: Endpoint, *, shown: int) -> list[str]:
     """What the list leaves out or assumes, in words."""
-    notes = ["Each run assumed on time and successful; hints and a pause as they are now."]
+    notes = [
+        "The first run start to start from the last run, as saving plans it; each after it "
+        "assumed on time and successful; hints and a pause as they are now."
+    ]
     if endpoint.archived_at:
         notes.append("This endpoint is archived: it never runs.")
     elif shown == 0:

@@ -63,7 +63,8 @@ class Command(BaseCommand):
         try:
             schedule = EndpointSchedule.from_endpoint(endpoint)
             decision = decide(now, schedule)
-            planned = preview(endpoint, preview_runs(now, schedule, count))
+            upcoming = preview_runs(now, schedule, count, last_run_at=endpoint.last_run_at)
+            planned = preview(endpoint, upcoming)
         except ValueError as exc:
             raise CommandError(f"{endpoint.ref} cannot be planned: {exc}") from None
         if options["json"]:
@@ -71,7 +72,7 @@ class Command(BaseCommand):
             if count:
                 document["next"] = planned
                 if len(planned) < count:
-                    document["runs_end"] = runs_end(now, schedule, count)
+                    document["runs_end"] = runs_end(now, schedule, upcoming)
             self.stdout.write(to_json(document))
         else:
             self.stdout.write(as_text(endpoint, decision))
@@ -80,16 +81,14 @@ class Command(BaseCommand):
                 for item in planned:
                     self.stdout.write(f"  {item['local']}  |  {item['utc']}  ({item['source']})")
                 if len(planned) < count:
-                    self.stdout.write(f"  then no more runs: {runs_end(now, schedule, count)}")
+                    self.stdout.write(f"  then no more runs: {runs_end(now, schedule, upcoming)}")
 
 
 MAX_PREVIEW = 100
 
 
-def runs_end(now: datetime, schedule: EndpointSchedule, count: int) -> str:
-    """Why a preview of ``count`` runs stopped early: the last step of the plan after its
-    last run."""
-    planned = preview_runs(now, schedule, count)
+def runs_end(now: datetime, schedule: EndpointSchedule, planned: list[Upcoming]) -> str:
+    """Why a preview stopped early: the last step of the plan after its last run."""
     after = planned[-1].next_run_at if planned else now
     return decide(after, replace(schedule, failure_count=0, retry_at=None)).steps[-1]
 

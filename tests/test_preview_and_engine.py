@@ -1,0 +1,103 @@
+"""The preview (REST API, and so MCP; ``explain --next``; the admin form's) against what
+the engine then records: the engine's real functions on PostgreSQL, a real HTTP target on
+127.0.0.1, the clock simulated (time-machine)."""
+
+from __future__ import annotations
+
+import io
+import json
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from django.core.management import call_command
+from django.test import Client
+from django.urls import reverse
+
+from endpoints.engine.claiming import claim_due_endpoints
+from endpoints.engine.running import execute_claim
+from endpoints.models import Endpoint, Tenant
+from tests.api_world import make_key
+from tests.test_admin_run_preview import form_values
+
+pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("loopback_allowed")]
+
+START = datetime(2026, 11, 22, 12, 0, tzinfo=UTC)
+HOUR = timedelta(hours=1)
+
+
+def run_on_time(clock, endpoint: Endpoint) -> datetime | None:
+    """Run the endpoint's next slot on time; the next run the engine records."""
+    endpoint.refresh_from_db()
+    at = endpoint.next_run_at
+    clock.move_to(at, tick=False)
+    [claim] = claim_due_endpoints(now=at, limit=10, horizon_ms=0)
+    execute_claim(claim)
+    endpoint.refresh_from_db()
+    return endpoint.next_run_at
+
+
+def api_preview(endpoint: Endpoint, tenant: Tenant, count: int) -> list[datetime]:
+    answer = Client().get(
+        f"/api/v1/endpoints/{endpoint.pk}/preview",
+        {"count": count},
+        headers={"Authorization": f"Bearer {make_key(tenant)}"},
+    )
+    assert answer.status_code == 200, answer.content
+    return [datetime.fromisoformat(run["utc"]) for run in answer.json()["runs"]]
+
+
+def explain_preview(endpoint: Endpoint, count: int) -> list[datetime]:
+    out = io.StringIO()
+    call_command("explain", str(endpoint.pk), "--next", str(count), "--json", stdout=out)
+    return [datetime.fromisoformat(run["utc"]) for run in json.loads(out.getvalue())["next"]]
+
+
+def test_an_interval_endpoints_preview_between_runs_lists_the_runs_the_engine_makes(
+    make_endpoint, target, tenant, time_machine
+):
+    """An hourly endpoint ran at 12:00; at 12:10 the preview shows 13:00, 14:00, 15:00,
+    the times the engine then runs it at (not 13:10, 14:10, 15:10: an hour from now)."""
+    time_machine.move_to(START, tick=False)
+    endpoint = make_endpoint(url=target.url("/"), baseline_interval_ms=3_600_000, next_run_at=START)
+    run_on_time(time_machine, endpoint)
+    time_machine.move_to(START + 10 * timedelta(minutes=1), tick=False)
+
+    previewed = api_preview(endpoint, tenant, 3)
+    explained = explain_preview(endpoint, 3)
+    recorded = [endpoint.next_run_at, run_on_time(time_machine, endpoint)]
+    recorded.append(run_on_time(time_machine, endpoint))
+
+    assert recorded == [START + HOUR, START + 2 * HOUR, START + 3 * HOUR]
+    assert previewed == recorded
+    assert explained == recorded
+
+
+def test_the_form_preview_of_an_edit_starts_where_the_save_plans_it(
+    make_endpoint, target, tenant, admin_client, time_machine
+):
+    """Ran at 12:00 hourly; at 12:10 the interval typed as 45 min previews 12:45 first,
+    where saving it plans the next run (start to start from the last run), not 12:55."""
+    time_machine.move_to(START, tick=False)
+    endpoint = make_endpoint(url=target.url("/"), baseline_interval_ms=3_600_000, next_run_at=START)
+    run_on_time(time_machine, endpoint)
+    time_machine.move_to(START + 10 * timedelta(minutes=1), tick=False)
+
+    values = form_values(
+        endpoint.job, name=endpoint.name, url=endpoint.url, baseline_interval_ms="45m"
+    )
+    answer = admin_client.post(
+        reverse("admin:endpoints_endpoint_preview", args=[endpoint.pk]), values
+    )
+    assert answer.status_code == 200, answer.content
+    first = answer.json()["runs"][0]["utc"]
+    saved = Client().patch(
+        f"/api/v1/endpoints/{endpoint.pk}",
+        {"baseline_interval_ms": 45 * 60_000},
+        content_type="application/json",
+        headers={"Authorization": f"Bearer {make_key(tenant)}"},
+    )
+    assert saved.status_code == 200, saved.content
+
+    endpoint.refresh_from_db()
+    assert endpoint.next_run_at == START + 45 * timedelta(minutes=1)
+    assert first == "2026-11-22 12:45:00"
