@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import logging
 import secrets
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -58,8 +59,10 @@ class OperationRefused(Exception):
 def recompute_next_run(endpoint: Endpoint, *, now: datetime) -> Plan:
     """Plan through the governor now and store it (after a pause, a resume, a change of
     hints); a one-off missed meanwhile runs now."""
-    schedule = missed_one_off(now, endpoint.last_run_at, EndpointSchedule.from_endpoint(endpoint))
-    plan = plan_next_run(now, schedule)
+    plan = _plan_keeping_retry(
+        endpoint,
+        lambda schedule: plan_next_run(now, missed_one_off(now, endpoint.last_run_at, schedule)),
+    )
     _store_plan(endpoint, plan)
     return plan
 
@@ -107,7 +110,9 @@ def replan_after_edit(endpoint: Endpoint, *, now: datetime) -> Plan:
     (interval, cron, time zone, min, max): start-to-start from its last run, or now if
     that has passed (``governor.plan_after_edit``). Every interface that saves such an
     edit calls this after ``Endpoint.save``."""
-    plan = plan_after_edit(now, endpoint.last_run_at, EndpointSchedule.from_endpoint(endpoint))
+    plan = _plan_keeping_retry(
+        endpoint, lambda schedule: plan_after_edit(now, endpoint.last_run_at, schedule)
+    )
     _store_plan(endpoint, plan)
     return plan
 
@@ -117,6 +122,34 @@ def replan_job(job: Job, *, now: datetime) -> None:
     defaults: windows, an active period) changed."""
     for endpoint in Endpoint.objects.live().filter(job=job).select_related("job__tenant"):
         replan_after_edit(endpoint, now=now)
+
+
+def _plan_keeping_retry(endpoint: Endpoint, planner: Callable[[EndpointSchedule], Plan]) -> Plan:
+    """Plan outside a run (an edit, a hint, a pause or resume) with the retry the engine
+    planned for the last slot, weighed again as at the run's end: it stays if it still
+    comes first and the run policy as it is now still allows the attempt, so nothing
+    drops or postpones it (trap 18). If it goes, the slot's retries end there as a
+    run's end would end them: the slot counts as failed once, and the next run starts a
+    new slot (attempt 1). A retry in flight is left to its own outcome."""
+    schedule = EndpointSchedule.from_endpoint(endpoint)
+    attempt = endpoint.retry_attempt
+    if attempt < 2 or endpoint.claim_token is not None:
+        return planner(schedule)
+    if (
+        endpoint.next_run_source == Source.RETRY
+        and endpoint.next_run_at is not None
+        and attempt <= run_policy_of(endpoint).retry_attempts
+    ):
+        retry = replace(schedule, retry_at=endpoint.next_run_at, retry_attempt=attempt - 1)
+        plan = planner(retry)
+        if plan.source == Source.RETRY:
+            return plan
+    failures = endpoint.failure_count + 1
+    Endpoint.objects.filter(pk=endpoint.pk, retry_attempt=attempt).update(
+        failure_count=failures, retry_attempt=0, retry_of_run=None
+    )
+    endpoint.failure_count, endpoint.retry_attempt, endpoint.retry_of_run = failures, 0, None
+    return planner(replace(schedule, failure_count=failures))
 
 
 def _store_plan(endpoint: Endpoint, plan: Plan) -> None:
@@ -129,7 +162,7 @@ def _store_plan(endpoint: Endpoint, plan: Plan) -> None:
 def _nudge_earlier(endpoint: Endpoint, now: datetime) -> Plan:
     """A hint may bring the next run forward, never push an already planned run back;
     the new cadence takes over from that run on."""
-    plan = plan_next_run(now, EndpointSchedule.from_endpoint(endpoint))
+    plan = _plan_keeping_retry(endpoint, lambda schedule: plan_next_run(now, schedule))
     current = endpoint.next_run_at
     if current is not None and plan.next_run_at is not None and current <= plan.next_run_at:
         return Plan(current, endpoint.next_run_source)

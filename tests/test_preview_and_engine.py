@@ -1,6 +1,8 @@
-"""The preview (REST API, and so MCP; ``explain --next``; the admin form's) against what
-the engine then records: the engine's real functions on PostgreSQL, a real HTTP target on
-127.0.0.1, the clock simulated (time-machine)."""
+"""Between two runs, against what the engine then records: the preview (REST API, and so
+MCP; ``explain --next``; the admin form's) lists the runs the engine makes, and an edit
+while a retry is pending keeps or ends it as a run's end would. The engine's real
+functions on PostgreSQL, a real HTTP target on 127.0.0.1, the clock simulated
+(time-machine)."""
 
 from __future__ import annotations
 
@@ -15,7 +17,7 @@ from django.urls import reverse
 
 from endpoints.engine.claiming import claim_due_endpoints
 from endpoints.engine.running import execute_claim
-from endpoints.models import Endpoint, Tenant
+from endpoints.models import Endpoint, Run, Tenant
 from tests.api_world import make_key
 from tests.test_admin_run_preview import form_values
 
@@ -25,14 +27,21 @@ START = datetime(2026, 11, 22, 12, 0, tzinfo=UTC)
 HOUR = timedelta(hours=1)
 
 
-def run_on_time(clock, endpoint: Endpoint) -> datetime | None:
-    """Run the endpoint's next slot on time; the next run the engine records."""
+def run_on_time_as_run(clock, endpoint: Endpoint) -> Run:
+    """Run the endpoint's next slot on time, through the claim."""
     endpoint.refresh_from_db()
     at = endpoint.next_run_at
     clock.move_to(at, tick=False)
     [claim] = claim_due_endpoints(now=at, limit=10, horizon_ms=0)
-    execute_claim(claim)
+    run = execute_claim(claim)
     endpoint.refresh_from_db()
+    run.refresh_from_db()
+    return run
+
+
+def run_on_time(clock, endpoint: Endpoint) -> datetime | None:
+    """Run the endpoint's next slot on time; the next run the engine records."""
+    run_on_time_as_run(clock, endpoint)
     return endpoint.next_run_at
 
 
@@ -101,3 +110,75 @@ def test_the_form_preview_of_an_edit_starts_where_the_save_plans_it(
     endpoint.refresh_from_db()
     assert endpoint.next_run_at == START + 45 * timedelta(minutes=1)
     assert first == "2026-11-22 12:45:00"
+
+
+def test_a_policy_edit_while_a_retry_is_pending_keeps_the_retry(
+    make_endpoint, target, tenant, time_machine
+):
+    """A daily endpoint's 12:00 slot failed (503) and its retry is due a minute later; the
+    run policy edited meanwhile through the API does not put the retry off by a day, and
+    the retry is still attempt 2 of that slot."""
+    time_machine.move_to(START, tick=False)
+    target.reply("/flaky", status=503, action=lambda: target.reply("/flaky", status=200))
+    policy = {"retry_attempts": 3, "retry_delay_ms": 60_000}
+    endpoint = make_endpoint(
+        url=target.url("/flaky"),
+        baseline_interval_ms=86_400_000,
+        run_policy=policy,
+        next_run_at=START,
+    )
+    first = run_on_time_as_run(time_machine, endpoint)
+    retry_at = endpoint.next_run_at
+    assert (first.status, endpoint.next_run_source) == ("failure", "retry")
+    assert retry_at == START + timedelta(minutes=1)
+
+    time_machine.move_to(START + timedelta(seconds=30), tick=False)
+    edited = Client().patch(
+        f"/api/v1/endpoints/{endpoint.pk}",
+        {"run_policy": {**policy, "max_duration_ms": 20_000}},
+        content_type="application/json",
+        headers={"Authorization": f"Bearer {make_key(tenant)}"},
+    )
+    assert edited.status_code == 200, edited.content
+    endpoint.refresh_from_db()
+    assert (endpoint.next_run_at, endpoint.next_run_source) == (retry_at, "retry")
+
+    second = run_on_time_as_run(time_machine, endpoint)
+    assert (second.status, second.attempt, second.retry_of_id) == ("success", 2, first.pk)
+    assert len(target.hits("/flaky")) == 2
+
+
+def test_a_policy_edit_that_ends_the_retries_counts_the_slot_and_starts_a_new_one(
+    make_endpoint, target, tenant, time_machine
+):
+    """The same failed slot, its retry pending; the policy edited to one attempt per slot
+    cancels the retry: the slot counts as failed once, and the next day's run is attempt 1
+    of its own slot, not attempt 2 of the failed one."""
+    time_machine.move_to(START, tick=False)
+    target.reply("/flaky", status=503, action=lambda: target.reply("/flaky", status=200))
+    endpoint = make_endpoint(
+        url=target.url("/flaky"),
+        baseline_interval_ms=86_400_000,
+        run_policy={"retry_attempts": 3, "retry_delay_ms": 60_000},
+        next_run_at=START,
+    )
+    run_on_time_as_run(time_machine, endpoint)
+    assert (endpoint.next_run_source, endpoint.failure_count) == ("retry", 0)
+
+    time_machine.move_to(START + timedelta(seconds=30), tick=False)
+    edited = Client().patch(
+        f"/api/v1/endpoints/{endpoint.pk}",
+        {"run_policy": {"retry_attempts": 1}},
+        content_type="application/json",
+        headers={"Authorization": f"Bearer {make_key(tenant)}"},
+    )
+    assert edited.status_code == 200, edited.content
+    endpoint.refresh_from_db()
+    assert (endpoint.next_run_at, endpoint.next_run_source) == (
+        START + 24 * HOUR,
+        "baseline-interval",
+    )
+    assert (endpoint.failure_count, endpoint.retry_attempt, endpoint.retry_of_run) == (1, 0, None)
+
+    nextday = run_on_time_as_run(time_machine, endpoint)
+    assert (nextday.status, nextday.attempt, nextday.retry_of_id) == ("success", 1, None)
