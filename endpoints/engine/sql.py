@@ -24,13 +24,14 @@ from django.db import connection, transaction
 from django.db.models import DateTimeField, Field, JSONField, Model, UUIDField
 from django.utils.dateparse import parse_datetime
 
-from endpoints.governor import HINT_FIELDS, SCHEDULE_FIELDS
+from endpoints.governor import HINT_FIELDS, REPLAN_FIELDS
 from endpoints.models import SLOT_FIELDS, Endpoint, Flip, Run, RunStatus, Slot
 
 # Fields a person may change while a run is in flight; the reschedule only wins if they
-# are still as read (see ``endpoints.engine.outcomes.reschedule``).
+# are still as read (see ``endpoints.engine.outcomes.reschedule``). The run policy among
+# them: its windows, active period and one-off plan the next run as the schedule does.
 PLANNING_FIELDS = (
-    *SCHEDULE_FIELDS,
+    *REPLAN_FIELDS,
     *HINT_FIELDS,
     "paused_until",
     "failure_count",
@@ -231,7 +232,10 @@ def reschedule_all(
             [_to_db(Endpoint, name, values[name]) for name in own]
             if any(values[name] != getattr(endpoint, name) for name in own)
             else None,
-            [_to_db(Endpoint, name, getattr(endpoint, name)) for name in PLANNING_FIELDS],
+            [
+                *(_to_db(Endpoint, name, getattr(endpoint, name)) for name in PLANNING_FIELDS),
+                _to_db(Endpoint, "run_policy", endpoint.job_run_policy),
+            ],
             [_to_db(Slot, name, values[name]) for name in slot],
             _flip_of(endpoint, values),
         )
@@ -259,7 +263,7 @@ class _Reschedule(NamedTuple):
     pk: int
     token: Any
     own: list[Any] | None  # the endpoint's new values; None when none of them changes
-    same: list[Any]  # the planning fields as read
+    same: list[Any]  # the planning fields as read, then the job's run policy
     slot: list[Any]
     flip: tuple[int, Any]
 
@@ -285,7 +289,9 @@ def _reschedule_pg(rows: list[_Reschedule], own: list[str], slot: list[str]) -> 
         for k, result in zip(locks, at_once, strict=True):
             won[k] = result
     elif locks:
-        sql = _PG_RESCHEDULE_SLOT.format(unchanged=unchanged, slot=_assign(slot))
+        sql = _PG_RESCHEDULE_SLOT.format(
+            unchanged=_unchanged("IS NOT DISTINCT FROM", "e"), slot=_assign(slot)
+        )
         params = [
             [row.pk, row.token, *row.same, *row.slot, row.token] for row in (rows[k] for k in locks)
         ]
@@ -380,24 +386,27 @@ def _reschedule_slots_at_once(rows: list[_Reschedule], slot: list[str]) -> list[
     """PostgreSQL: the healthy reschedules of a batch (``_PG_RESCHEDULE_SLOT`` for each,
     the endpoints' ids all different) in one statement. Per run, the pipelined statements
     were the one statement left of a run (bench/run_statements.py, issue 23)."""
-    names = ["endpoint_id", "claim_token", *PLANNING_FIELDS, *slot]
+    names = ["endpoint_id", "claim_token", *PLANNING_FIELDS, "job_run_policy", *slot]
     types = [
         _array_type("endpoint_id", Slot),
         _array_type("claim_token", Slot),
-        *(_array_type(name, Endpoint) for name in PLANNING_FIELDS),
+        *(_array_type(name, Endpoint) for name in (*PLANNING_FIELDS, "run_policy")),
         *(_array_type(name, Slot) for name in slot),
     ]
     columns = [
         [row.pk for row in rows],
         [row.token for row in rows],
-        *([row.same[k] for row in rows] for k in range(len(PLANNING_FIELDS))),
+        *([row.same[k] for row in rows] for k in range(len(PLANNING_FIELDS) + 1)),
         *([row.slot[k] for row in rows] for k in range(len(slot))),
     ]
     sql = _PG_RESCHEDULE_SLOTS.format(
         arrays=", ".join(f"%s::{array}" for array in types),
         names=", ".join(names),
         unchanged=" AND ".join(
-            f"e.{name} IS NOT DISTINCT FROM v.{name}" for name in PLANNING_FIELDS
+            [
+                *(f"e.{name} IS NOT DISTINCT FROM v.{name}" for name in PLANNING_FIELDS),
+                f"{_JOB_POLICY.format(e='e')} IS NOT DISTINCT FROM v.job_run_policy",
+            ]
         ),
         slot=", ".join(f"{name} = v.{name}" for name in slot),
     )
@@ -409,8 +418,17 @@ def _assign(names: Sequence[str]) -> str:
     return ", ".join(f"{name} = %s" for name in names)
 
 
-def _unchanged(same: str) -> str:
-    return " AND ".join(f"{name} {same} %s" for name in PLANNING_FIELDS)
+# The job's run policy (its endpoints' defaults: windows, an active period, a one-off)
+# plans the next run as the endpoint's own does, so a job edit committed during a run is
+# checked as the endpoint's fields are (a primary-key read of the job's row).
+_JOB_POLICY = "(SELECT j.run_policy FROM endpoints_job AS j WHERE j.id = {e}.job_id)"
+
+
+def _unchanged(same: str, e: str = "endpoints_endpoint") -> str:
+    """The planning fields, then the job's run policy, each as read (``_Reschedule.same``);
+    ``e`` names the endpoint's table in the statement."""
+    terms = [f"{e}.{name} {same} %s" for name in PLANNING_FIELDS]
+    return " AND ".join([*terms, f"{_JOB_POLICY.format(e=e)} {same} %s"])
 
 
 def fetch(
