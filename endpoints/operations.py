@@ -145,9 +145,10 @@ def _plan_keeping_retry(endpoint: Endpoint, planner: Callable[[EndpointSchedule]
         if plan.source == Source.RETRY:
             return plan
     failures = endpoint.failure_count + 1
-    Endpoint.objects.filter(pk=endpoint.pk, retry_attempt=attempt).update(
+    if not Endpoint.objects.filter(pk=endpoint.pk, retry_attempt=attempt).update(
         failure_count=failures, retry_attempt=0, retry_of_run=None
-    )
+    ):
+        return planner(schedule)  # a run ended the slot's retries meanwhile
     endpoint.failure_count, endpoint.retry_attempt, endpoint.retry_of_run = failures, 0, None
     return planner(replace(schedule, failure_count=failures))
 
@@ -161,10 +162,17 @@ def _store_plan(endpoint: Endpoint, plan: Plan) -> None:
 
 def _nudge_earlier(endpoint: Endpoint, now: datetime) -> Plan:
     """A hint may bring the next run forward, never push an already planned run back;
-    the new cadence takes over from that run on."""
+    the new cadence takes over from that run on. A pending retry was weighed by the
+    governor with the rest (``_plan_keeping_retry``): its plan stands."""
+    retrying = endpoint.next_run_source == Source.RETRY and endpoint.claim_token is None
     plan = _plan_keeping_retry(endpoint, lambda schedule: plan_next_run(now, schedule))
     current = endpoint.next_run_at
-    if current is not None and plan.next_run_at is not None and current <= plan.next_run_at:
+    if (
+        not retrying
+        and current is not None
+        and plan.next_run_at is not None
+        and current <= plan.next_run_at
+    ):
         return Plan(current, endpoint.next_run_source)
     _store_plan(endpoint, plan)
     return plan
