@@ -40,6 +40,7 @@ Keys (all optional; ``DEFAULTS`` below, with the README saying why):
 from __future__ import annotations
 
 import json
+import math
 import re
 from dataclasses import dataclass, fields, replace
 from datetime import UTC, datetime, time, timedelta
@@ -265,10 +266,15 @@ def _key_problem(key: str, item: Any) -> str:
             return f"text of at most {MAX_TEXT} characters."
         if re.search(r"[\x00-\x1f\x7f]", item):
             return "control characters are not allowed."
-        return ""
+        return unencodable_problem(item)
     if key == "body_json_equals":
-        if isinstance(item, dict | list) or len(json.dumps(item)) > MAX_TEXT:
+        # The policy is stored as jsonb, which refuses NaN, Infinity, NUL and lone surrogates.
+        if isinstance(item, dict | list):
             return "a JSON scalar (text, number, true, false or null)."
+        if problem := json_scalar_problem(item):
+            return f"the value {problem}."
+        if len(json.dumps(item)) > MAX_TEXT:
+            return f"a JSON scalar of at most {MAX_TEXT} characters."
         return ""
     if key == "retry_backoff":
         return "" if item in ("fixed", "exponential") else 'either "fixed" or "exponential".'
@@ -278,6 +284,29 @@ def _key_problem(key: str, item: Any) -> str:
         return _windows_problem(item)
     if key in MOMENT_KEYS:
         return _moment_problem(item)
+    return ""
+
+
+def unencodable_problem(value: str) -> str:
+    try:
+        value.encode()
+    except UnicodeEncodeError:
+        return "Remove the unpaired surrogate characters: the text is not valid Unicode."
+    return ""
+
+
+def json_scalar_problem(item: Any) -> str:
+    """What keeps a scalar from being stored as JSON in PostgreSQL (jsonb), or ""."""
+    if isinstance(item, str):
+        if "\x00" in item or unencodable_problem(item):
+            return "holds text with NUL or invalid Unicode; remove it"  # jsonb refuses both
+    elif isinstance(item, float) and not math.isfinite(item):
+        return "holds NaN or Infinity, which JSON cannot carry; use a number or null"
+    elif item is not None and not isinstance(item, (int, float, bool)):
+        return (
+            f"holds a value of type {type(item).__name__}, which is not JSON (objects, lists, "
+            "text, numbers, true/false, null); quote dates and times"
+        )
     return ""
 
 

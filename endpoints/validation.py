@@ -37,7 +37,14 @@ import httpx
 from django.conf import settings
 from django.core.exceptions import ValidationError
 
-from endpoints.policies import PolicyError, past_one_off, policy_problems, resolve_policy
+from endpoints.policies import (
+    PolicyError,
+    json_scalar_problem,
+    past_one_off,
+    policy_problems,
+    resolve_policy,
+    unencodable_problem,
+)
 from endpoints.schedules import (
     MAX_PLANNABLE_MS,
     ScheduleError,
@@ -240,14 +247,6 @@ def line_problem(value: Any) -> str:
     return unencodable_problem(value)
 
 
-def unencodable_problem(value: str) -> str:
-    try:
-        value.encode()
-    except UnicodeEncodeError:
-        return "Remove the unpaired surrogate characters: the text is not valid Unicode."
-    return ""
-
-
 def name_problem(value: Any) -> str:
     if isinstance(value, str) and "/" in value:
         return "Names cannot contain '/': it separates job and endpoint in job/endpoint."
@@ -376,7 +375,7 @@ def json_shape_problem(
             stack.extend((child, depth + 1) for child in item.values())
         elif isinstance(item, list):
             stack.extend((child, depth + 1) for child in item)
-        elif json_scalars and (problem := _scalar_problem(item)):
+        elif json_scalars and (problem := json_scalar_problem(item)):
             return problem
     return ""
 
@@ -386,20 +385,6 @@ def _keys_problem(item: dict[Any, Any]) -> str:
         return "has an object key that is not text; quote it"
     if any("\x00" in key or unencodable_problem(key) for key in item):
         return "has an object key with NUL or invalid Unicode; remove it"
-    return ""
-
-
-def _scalar_problem(item: Any) -> str:
-    if isinstance(item, str):
-        if "\x00" in item or unencodable_problem(item):
-            return "holds text with NUL or invalid Unicode; remove it"  # jsonb refuses both
-    elif isinstance(item, float) and not math.isfinite(item):
-        return "holds NaN or Infinity, which JSON cannot carry; use a number or null"
-    elif item is not None and not isinstance(item, (int, float, bool)):
-        return (
-            f"holds {_kind(item)}, which is not JSON (objects, lists, text, numbers, "
-            "true/false, null); quote dates and times"
-        )
     return ""
 
 
