@@ -15,10 +15,13 @@
 from __future__ import annotations
 
 import logging
+import math
+import re
 import time
 import uuid
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 from django.conf import settings
 from django.db.models import Exists, F, OuterRef, Q, QuerySet, Sum, Window
@@ -279,21 +282,23 @@ def _finish(
 ) -> None:
     submission = tools.submission
     session.status = SessionStatus.FAILED if error else SessionStatus.SUCCEEDED
-    session.error = error
+    session.error = storable(error)
     session.finished_at = session.started_at + timedelta(seconds=elapsed)
     session.duration_ms = int(elapsed * 1000)
-    session.tool_calls = tools.calls
-    session.actions_taken = tools.actions
+    session.tool_calls = storable(tools.calls)
+    session.actions_taken = storable(tools.actions)
     session.prompt_tokens = usage.prompt_tokens
     session.completion_tokens = usage.completion_tokens
     session.total_tokens = usage.total_tokens
     if submission is not None:
-        session.reasoning = submission.reasoning
+        session.reasoning = storable(submission.reasoning)
         session.confidence = submission.confidence_score
     rejected = [call["error"] for call in tools.calls if "error" in call]
     if rejected:
-        session.note = " ".join(
-            filter(None, [session.note, f"{len(rejected)} tool call(s) refused: {rejected[0]}"])
+        session.note = storable(
+            " ".join(
+                filter(None, [session.note, f"{len(rejected)} tool call(s) refused: {rejected[0]}"])
+            )
         )
     session.next_analysis_at = session.started_at + _next_analysis_delay(session, tools)
     session.save(
@@ -316,6 +321,26 @@ def _finish(
     metrics.record_planner_session(
         backend=session.backend, status=session.status, tokens=session.total_tokens or 0
     )
+
+
+# What PostgreSQL refuses in text and jsonb: NUL and unpaired surrogates.
+_UNSTORABLE = re.compile(r"[\x00\ud800-\udfff]")
+
+
+def storable(value: Any) -> Any:
+    """``value`` as PostgreSQL can store it: NUL and unpaired surrogates replaced by
+    U+FFFD, NaN and infinities by their names. A session records what a model or an API
+    sent (tool names, raw arguments, error texts), and one such character would make the
+    whole record fail to save: no session, the lease kept, the analysis paid for again."""
+    if isinstance(value, str):
+        return _UNSTORABLE.sub("\ufffd", value)
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    if isinstance(value, dict):
+        return {storable(str(key)): storable(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [storable(item) for item in value]
+    return value
 
 
 def _next_analysis_delay(session: AnalysisSession, tools: EndpointTools) -> timedelta:

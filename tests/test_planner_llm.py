@@ -305,6 +305,52 @@ def test_an_unknown_tool_is_refused_and_nothing_is_written(
     assert "Unknown tool" in session.tool_calls[0]["error"]
 
 
+def test_text_postgresql_cannot_store_from_the_model_is_recorded_not_fatal(
+    fake_chat: FakeChat, endpoint: Endpoint, now: datetime
+) -> None:
+    # A NUL or a lone surrogate (half an emoji) in a tool's name, its raw or parsed
+    # arguments or the reasoning: each used to make
+    # the session's record fail to save (DataError), leaving it running, the lease held
+    # and the next analysis not pushed back, so the model was asked (and paid) again.
+    fake_chat.play(
+        reply(call("propose_interval\x00", {"intervalMs": 15_000})),
+        reply(call("propose_interval", '{"intervalMs": 15000\x00}')),
+        reply(call("propose_interval", {"intervalMs": 15_000, "reason": "deep \udc00"})),
+        reply(call("submit_analysis", {"reasoning": "Fine \ud83d", "confidence": "high"})),
+    )
+
+    session = analyze_endpoint(endpoint, now=now)
+
+    session.refresh_from_db()
+    assert session.status == SessionStatus.SUCCEEDED
+    assert session.reasoning == "Fine \ufffd"
+    assert [c["tool"] for c in session.tool_calls] == [
+        "propose_interval\ufffd",
+        *["propose_interval"] * 2,
+        "submit_analysis",
+    ]
+    assert [bool(c.get("error")) for c in session.tool_calls] == [True] * 3 + [False]
+    assert "3 tool call(s) refused: Unknown tool 'propose_interval\\x00'" in session.note
+    endpoint.refresh_from_db()
+    assert endpoint.analysis_locked_until is None
+    assert endpoint.next_analysis_at == now + timedelta(minutes=15)
+    _assert_nothing_written(endpoint, now + timedelta(minutes=1))
+
+
+def test_an_api_error_text_postgresql_cannot_store_is_recorded(
+    fake_chat: FakeChat, endpoint: Endpoint, now: datetime
+) -> None:
+    fake_chat.play(Reply({"error": {"message": "bad request\x00 \ud800"}}, status=400))
+
+    session = analyze_endpoint(endpoint, now=now)
+
+    session.refresh_from_db()
+    assert session.status == SessionStatus.FAILED
+    assert "HTTP 400: bad request\ufffd \ufffd" in session.error
+    endpoint.refresh_from_db()
+    assert endpoint.analysis_locked_until is None and endpoint.next_analysis_at > now
+
+
 def test_a_model_that_never_submits_fails_after_fifteen_steps(
     fake_chat: FakeChat, endpoint: Endpoint, now: datetime
 ) -> None:
