@@ -40,12 +40,13 @@ Keys (all optional; ``DEFAULTS`` below, with the README saying why):
 from __future__ import annotations
 
 import json
-import math
 import re
 from dataclasses import dataclass, fields, replace
 from datetime import UTC, datetime, time, timedelta
 from typing import Any
 from zoneinfo import ZoneInfo
+
+from endpoints.jsonb import json_scalar_problem, unencodable_problem
 
 MIN_DELAY_MS = 1_000
 MAX_ATTEMPTS = 10
@@ -284,29 +285,6 @@ def _key_problem(key: str, item: Any) -> str:
         return _windows_problem(item)
     if key in MOMENT_KEYS:
         return _moment_problem(item)
-    return ""
-
-
-def unencodable_problem(value: str) -> str:
-    try:
-        value.encode()
-    except UnicodeEncodeError:
-        return "Remove the unpaired surrogate characters: the text is not valid Unicode."
-    return ""
-
-
-def json_scalar_problem(item: Any) -> str:
-    """What keeps a scalar from being stored as JSON in PostgreSQL (jsonb), or ""."""
-    if isinstance(item, str):
-        if "\x00" in item or unencodable_problem(item):
-            return "holds text with NUL or invalid Unicode; remove it"  # jsonb refuses both
-    elif isinstance(item, float) and not math.isfinite(item):
-        return "holds NaN or Infinity, which JSON cannot carry; use a number or null"
-    elif item is not None and not isinstance(item, (int, float, bool)):
-        return (
-            f"holds a value of type {type(item).__name__}, which is not JSON (objects, lists, "
-            "text, numbers, true/false, null); quote dates and times"
-        )
     return ""
 
 

@@ -37,14 +37,8 @@ import httpx
 from django.conf import settings
 from django.core.exceptions import ValidationError
 
-from endpoints.policies import (
-    PolicyError,
-    json_scalar_problem,
-    past_one_off,
-    policy_problems,
-    resolve_policy,
-    unencodable_problem,
-)
+from endpoints.jsonb import json_scalar_problem, unencodable_problem
+from endpoints.policies import PolicyError, past_one_off, policy_problems, resolve_policy
 from endpoints.schedules import (
     MAX_PLANNABLE_MS,
     ScheduleError,

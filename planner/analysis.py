@@ -15,13 +15,10 @@
 from __future__ import annotations
 
 import logging
-import math
-import re
 import time
 import uuid
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Any
 
 from django.conf import settings
 from django.db.models import Exists, F, OuterRef, Q, QuerySet, Sum, Window
@@ -29,6 +26,7 @@ from django.db.models.functions import RowNumber
 from django.utils import timezone
 
 from endpoints.engine import metrics
+from endpoints.jsonb import storable
 from endpoints.models import Endpoint, Heartbeat, JobStatus, Run, RunStatus
 from planner.backends import llm, rules
 from planner.models import AnalysisSession, Backend, SessionStatus
@@ -321,26 +319,6 @@ def _finish(
     metrics.record_planner_session(
         backend=session.backend, status=session.status, tokens=session.total_tokens or 0
     )
-
-
-# What PostgreSQL refuses in text and jsonb: NUL and unpaired surrogates.
-_UNSTORABLE = re.compile(r"[\x00\ud800-\udfff]")
-
-
-def storable(value: Any) -> Any:
-    """``value`` as PostgreSQL can store it: NUL and unpaired surrogates replaced by
-    U+FFFD, NaN and infinities by their names. A session records what a model or an API
-    sent (tool names, raw arguments, error texts), and one such character would make the
-    whole record fail to save: no session, the lease kept, the analysis paid for again."""
-    if isinstance(value, str):
-        return _UNSTORABLE.sub("\ufffd", value)
-    if isinstance(value, float) and not math.isfinite(value):
-        return str(value)
-    if isinstance(value, dict):
-        return {storable(str(key)): storable(item) for key, item in value.items()}
-    if isinstance(value, list | tuple):
-        return [storable(item) for item in value]
-    return value
 
 
 def _next_analysis_delay(session: AnalysisSession, tools: EndpointTools) -> timedelta:
