@@ -39,7 +39,6 @@ from __future__ import annotations
 import asyncio
 import atexit
 import base64
-import codecs
 import concurrent.futures
 import contextlib
 import contextvars
@@ -50,7 +49,6 @@ import hmac
 import json
 import logging
 import os
-import re
 import socket
 import ssl
 import threading
@@ -66,6 +64,7 @@ import httpx
 import yarl
 from aiohttp.helpers import is_ip_address
 
+from endpoints.engine.bodies import decode_body
 from endpoints.engine.guard import (
     AddressGuard,
     BlockedAddressError,
@@ -74,12 +73,7 @@ from endpoints.engine.guard import (
     ip_literal,
 )
 from endpoints.secrets import is_secret_header, redact_url
-from endpoints.validation import (
-    FRAMING_HEADERS,
-    HEADER_NAME,
-    HEADER_VALUE_FORBIDDEN,
-    json_text_depth_problem,
-)
+from endpoints.validation import FRAMING_HEADERS, HEADER_NAME, HEADER_VALUE_FORBIDDEN
 
 logger = logging.getLogger("cronicorn.executor")
 
@@ -87,8 +81,6 @@ REDIRECT_STATUSES = frozenset({301, 302, 303, 307, 308})
 
 # "skipped": never called (later than its catch-up window; endpoints.engine.running).
 ResultStatus = Literal["success", "failure", "timeout", "skipped"]
-# Response JSON nested deeper than this is kept as text.
-RESPONSE_JSON_MAX_DEPTH = 100
 # How long a blocked caller waits beyond a request's deadline before giving up on the loop.
 LOOP_GRACE_SECONDS = 10
 
@@ -632,7 +624,7 @@ async def _read_result(
     return HttpResult(
         status="success" if ok else "failure",
         status_code=response.status,
-        body=_decode_body(raw, headers.get("content-type", ""), truncated),
+        body=decode_body(raw, headers.get("content-type", ""), truncated),
         truncated=truncated,
         size_bytes=len(raw),
         duration_ms=0,
@@ -679,54 +671,6 @@ async def _read_chunk(content: aiohttp.StreamReader, progress: _Progress) -> byt
     finally:
         progress.body_bytes = content.total_bytes  # bytes received, even if the read failed
     return chunk
-
-
-def _decode_body(raw: bytes, content_type: str, truncated: bool) -> Any:
-    """The body as JSON when it parses, else as text; never raises, whatever the server
-    sends: an unknown or non-text charset falls back to UTF-8, and JSON nested deeper than
-    ``RESPONSE_JSON_MAX_DEPTH`` is kept as text (parsing it would recurse, and so would
-    every later use of it)."""
-    if not raw:
-        return None
-    try:
-        text = raw.decode(_charset(content_type), errors="replace")
-    except (UnicodeError, LookupError, ValueError):  # e.g. the idna codec ignores "replace"
-        text = raw.decode("utf-8", errors="replace")
-    if truncated:
-        return text  # cut JSON would not parse; the text is still worth keeping
-    if _is_json_type(content_type) or text.lstrip()[:1] in ("{", "["):
-        if _may_nest_deeper(text) and json_text_depth_problem(
-            text, max_depth=RESPONSE_JSON_MAX_DEPTH
-        ):
-            return text
-        try:
-            return json.loads(text)
-        except (ValueError, RecursionError):
-            return text
-    return text
-
-
-def _may_nest_deeper(text: str) -> bool:
-    # Counting runs at C speed; most bodies have too few brackets to need the scan.
-    return text.count("[") + text.count("{") > RESPONSE_JSON_MAX_DEPTH
-
-
-def _charset(content_type: str) -> str:
-    """The declared charset when Python knows it as a text encoding, else UTF-8
-    (``charset=rot13`` or ``base64`` name codecs that are not text encodings)."""
-    match = re.search(r"charset=\"?([\w.:-]+)", content_type, re.IGNORECASE)
-    if match is None:
-        return "utf-8"
-    try:
-        info = codecs.lookup(match.group(1))
-    except LookupError:
-        return "utf-8"
-    return info.name if getattr(info, "_is_text_encoding", True) else "utf-8"
-
-
-def _is_json_type(content_type: str) -> bool:
-    media_type = content_type.split(";")[0].strip().lower()
-    return media_type in ("application/json", "text/json") or media_type.endswith("+json")
 
 
 def _http_error(status_code: int) -> str:
