@@ -1,5 +1,8 @@
 """A response's body as the run keeps it: JSON when it parses, else text (the executor's
-``HttpResult.body``)."""
+``HttpResult.body``), storable as it is: what PostgreSQL's jsonb refuses and many services
+send (NaN and Infinity, which Python's json writes by default; NUL; half a surrogate
+pair) is replaced ("NaN", "Infinity", U+FFFD, ``endpoints.jsonb.storable``), so the run,
+the success checks and the planner keep the rest of the body rather than none of it."""
 
 from __future__ import annotations
 
@@ -8,6 +11,7 @@ import json
 import re
 from typing import Any
 
+from endpoints.jsonb import storable
 from endpoints.validation import json_text_depth_problem
 
 # Response JSON nested deeper than this is kept as text.
@@ -26,17 +30,30 @@ def decode_body(raw: bytes, content_type: str, truncated: bool) -> Any:
     except (UnicodeError, LookupError, ValueError):  # e.g. the idna codec ignores "replace"
         text = raw.decode("utf-8", errors="replace")
     if truncated:
-        return text  # cut JSON would not parse; the text is still worth keeping
+        return _kept_text(text)  # cut JSON would not parse; the text is still worth keeping
     if _is_json_type(content_type) or text.lstrip()[:1] in ("{", "["):
         if _may_nest_deeper(text) and json_text_depth_problem(
             text, max_depth=RESPONSE_JSON_MAX_DEPTH
         ):
-            return text
+            return _kept_text(text)
         try:
-            return json.loads(text)
+            body = json.loads(text)
         except (ValueError, RecursionError):
-            return text
-    return text
+            return _kept_text(text)
+        return storable(body) if _may_hold_unstorable(text) else body
+    return _kept_text(text)
+
+
+def _kept_text(text: str) -> str:
+    # Decoded with errors="replace", the text holds no lone surrogate; NUL it may.
+    return storable(text) if "\x00" in text else text
+
+
+def _may_hold_unstorable(text: str) -> bool:
+    """Whether JSON ``text`` may parse into what jsonb refuses: substring scans at C speed,
+    so most bodies are never walked. (A literal past a float's range, 1e400, parses as
+    infinity unseen here; the engine's recording makes it storable, running._record_alone.)"""
+    return any(mark in text for mark in ("NaN", "Infinity", "\\u0000", "\\ud", "\\uD"))
 
 
 def _may_nest_deeper(text: str) -> bool:

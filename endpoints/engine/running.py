@@ -54,6 +54,7 @@ from endpoints.engine.outcomes import (
 )
 from endpoints.engine.sql import ClaimedEndpoint
 from endpoints.governor import EndpointSchedule, plan_next_run
+from endpoints.jsonb import storable
 from endpoints.models import (
     Endpoint,
     JobStatus,
@@ -365,8 +366,8 @@ def _replan_in_transaction(lost: Sequence[Outcome]) -> list[tuple[Outcome, Excep
 
 
 def _record_alone(outcome: Outcome) -> None:
-    """One outcome on its own, after its batch failed: the Run (without its body if the
-    database refuses the body) and the reschedule, or the governor's error, in one
+    """One outcome on its own, after its batch failed: the Run (its values made storable
+    if the database refuses them) and the reschedule, or the governor's error, in one
     transaction as above; if that fails, ``_recover`` records the error on its own."""
     try:
         values = _finish_values(outcome)
@@ -376,11 +377,9 @@ def _record_alone(outcome: Outcome) -> None:
                     updated = sql.finish_runs([(outcome.run.pk, values)])[0]
             except UNAVAILABLE:
                 raise
-            except DatabaseError as exc:  # e.g. a NUL character, which jsonb refuses
-                values["response_body"] = None
-                values["error"] = (
-                    f"{values['error']} (the response body could not be stored: {exc})"
-                )
+            except DatabaseError:  # e.g. a number past a float's range (1e400), which
+                # the body's decoding lets through as infinity and jsonb refuses
+                values = storable(values)
                 updated = sql.finish_runs([(outcome.run.pk, values)])[0]
             try:
                 with transaction.atomic():  # a savepoint: the finish stays if this fails
