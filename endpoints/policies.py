@@ -303,7 +303,11 @@ def _moment_problem(item: Any) -> str:
         return f"{item!r} is not an ISO 8601 date-time; write it like {_MOMENT_EXAMPLE}."
     if moment.tzinfo is None or moment.utcoffset() is None:
         return f'{item!r} has no offset, so its instant is unknown; add one, e.g. "+01:00" or "Z".'
-    if not 2000 <= moment.astimezone(UTC).year <= 9000:
+    try:
+        year = moment.astimezone(UTC).year
+    except OverflowError:  # 0001-01-01T00:00+01:00 is in the year 0 in UTC
+        year = moment.year
+    if not 2000 <= year <= 9000:
         return f"{item!r} is not between the years 2000 and 9000."
     return ""
 

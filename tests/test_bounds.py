@@ -257,3 +257,20 @@ def test_create_api_key_with_an_expiry_beyond_a_year_is_a_clean_error(
             "99999999999d",
             stdout=StringIO(),
         )
+
+
+@pytest.mark.parametrize("key", ["run_once_at", "active_from", "active_until"])
+@pytest.mark.parametrize("moment", ["0001-01-01T00:00:00+01:00", "9999-12-31T23:59:59-01:00"])
+def test_a_policy_time_whose_instant_datetime_cannot_hold_is_a_422_not_a_500(
+    api: Client, api_world: ApiWorld, key: str, moment: str
+) -> None:
+    endpoint = api_world.a.endpoint
+    for url in (f"/api/v1/endpoints/{endpoint.pk}", f"/api/v1/jobs/{endpoint.job_id}"):
+        response = api.patch(
+            url, json.dumps({"run_policy": {key: moment}}), content_type="application/json"
+        )
+        problem = assert_problem(response, 422, "run_policy")
+        assert f"{key}: '{moment}' is not between the years 2000 and 9000" in str(problem), problem
+    endpoint.refresh_from_db()
+    assert endpoint.run_policy == {}
+    still_plans(api, endpoint)

@@ -311,6 +311,9 @@ def test_a_search_that_finds_no_time_ends_with_a_step_never_a_loop() -> None:
             'has no offset, so its instant is unknown; add one, e.g. "+01:00" or "Z".',
         ),
         ({"active_until": "tomorrow"}, "is not an ISO 8601 date-time"),
+        # Their instants are in the years 0 and 10000, which datetime cannot hold.
+        ({"run_once_at": "0001-01-01T00:00:00+01:00"}, "is not between the years 2000 and 9000"),
+        ({"active_until": "9999-12-31T23:59:59-01:00"}, "is not between the years 2000 and 9000"),
         (
             {"active_from": "2026-12-02T00:00:00Z", "active_until": "2026-12-01T00:00:00Z"},
             "active_until: 2026-12-01T00:00:00Z is not after active_from",
