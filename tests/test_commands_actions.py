@@ -165,6 +165,29 @@ def test_a_duration_without_a_unit_is_refused_on_the_command_line(
     assert fresh(api).ai_hint_expires_at is None
 
 
+@pytest.mark.parametrize(
+    ("command", "args"),
+    [
+        ("hint", ["--at", "0001-01-01T00:00:00+01:00", "--ttl", "5m"]),
+        ("hint", ["--at", "9999-12-31T23:59:59-01:00", "--ttl", "5m"]),
+        ("pause", ["--until", "9999-12-31T23:59:59-01:00"]),
+        ("explain", ["--at", "0001-01-01T00:00:00+01:00"]),
+        ("explain", ["--at", "9999-12-31T23:59:59-01:00"]),
+    ],
+)
+def test_a_time_whose_instant_is_out_of_range_is_refused_in_words(
+    api: Endpoint, command: str, args: list[str]
+) -> None:
+    # In UTC these are in the years 0 and 10000: an OverflowError or a DataError before.
+    option, text = args[0], args[1]
+    expected = f"{option} {text!r} is out of range in UTC; give a year between 1 and 9999."
+    with pytest.raises(CommandError) as caught:
+        run(command, "ops/api", *args)
+    assert str(caught.value) == expected
+    endpoint = fresh(api)
+    assert (endpoint.ai_hint_next_run_at, endpoint.paused_until) == (None, None)
+
+
 def test_pause_until_a_time(api: Endpoint) -> None:
     run("pause", str(api.pk), "--until", "2026-11-23T08:00:00+01:00")
 

@@ -54,13 +54,18 @@ def find_tenant(ref: str) -> Tenant:
 
 
 def parse_when(text: str, *, option: str) -> datetime:
-    """An ISO 8601 time; without an offset it is read as UTC."""
+    """An ISO 8601 time, in UTC (as the API reads one); without an offset it is UTC."""
     parsed = parse_datetime(text.strip())
     if parsed is None:
         raise CommandError(
             f"{option} {text!r} is not an ISO 8601 time; write e.g. 2026-03-01T14:30:00Z."
         )
-    return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
+    try:
+        return parsed.astimezone(UTC) if parsed.tzinfo else parsed.replace(tzinfo=UTC)
+    except OverflowError:  # 0001-01-01T00:00+01:00 is in the year 0 in UTC
+        raise CommandError(
+            f"{option} {text!r} is out of range in UTC; give a year between 1 and 9999."
+        ) from None
 
 
 def parse_duration(text: str, *, option: str) -> timedelta:
