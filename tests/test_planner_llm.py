@@ -21,7 +21,8 @@ from django.db import connection
 
 from endpoints.governor import EndpointSchedule, plan_next_run
 from endpoints.models import Endpoint, HintHistory, Run, RunStatus
-from planner.analysis import analyze_endpoint, plan_cycle
+from planner.analysis import analyze_endpoint, plan_cycle, tokens_spent_this_month
+from planner.backends.llm import MAX_TOKENS_PER_REPLY
 from planner.models import AnalysisSession, SessionStatus
 
 API_KEY = "sk-test-secret-123"
@@ -349,6 +350,27 @@ def test_an_api_error_text_postgresql_cannot_store_is_recorded(
     assert "HTTP 400: bad request\ufffd \ufffd" in session.error
     endpoint.refresh_from_db()
     assert endpoint.analysis_locked_until is None and endpoint.next_analysis_at > now
+
+
+def test_token_counts_past_what_a_column_holds_are_recorded_capped_and_spend_the_budget(
+    fake_chat: FakeChat, endpoint: Endpoint, now: datetime
+) -> None:
+    # A broken or hostile API may report any count: 2**40 overflowed the session's
+    # integer columns, so the session was never recorded and the lease was kept.
+    fake_chat.play(
+        reply(call("get_latest_response", {}), tokens=2**40),
+        reply(call("submit_analysis", {"reasoning": "ok", "confidence": "high"}), tokens=2**40),
+    )
+
+    session = analyze_endpoint(endpoint, now=now)
+
+    session.refresh_from_db()
+    assert session.status == SessionStatus.SUCCEEDED
+    assert session.prompt_tokens == session.total_tokens == 2 * MAX_TOKENS_PER_REPLY
+    endpoint.refresh_from_db()
+    assert endpoint.analysis_locked_until is None
+    tenant = endpoint.job.tenant
+    assert tokens_spent_this_month(tenant.pk, now=now) > tenant.monthly_token_budget
 
 
 def test_a_model_that_never_submits_fails_after_fifteen_steps(

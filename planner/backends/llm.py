@@ -64,8 +64,16 @@ class Usage:
         self.total_tokens += _count(usage.get("total_tokens")) or prompt + completion
 
 
+# No model reads or writes this many tokens in one reply; a larger count (a broken or
+# hostile API) is taken as this, which still spends a budget, and a session's sum of
+# MAX_STEPS replies stays inside its integer columns.
+MAX_TOKENS_PER_REPLY = 10_000_000
+
+
 def _count(value: Any) -> int:
-    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
+    if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+        return 0
+    return min(value, MAX_TOKENS_PER_REPLY)
 
 
 @dataclass(frozen=True)
