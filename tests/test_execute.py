@@ -417,3 +417,27 @@ def test_a_pause_committed_while_its_run_is_written_wins_without_a_deadlock(
     # and released the lease.
     assert (endpoint.next_run_at, endpoint.next_run_source) == (until, "paused")
     assert endpoint.claim_token is None
+
+
+@pytest.mark.parametrize("window_ms", [0, 1, 50])
+def test_a_catchup_window_shorter_than_a_tick_skips_late_slots_but_never_one_on_time(
+    make_endpoint, target, window_ms
+):
+    # The execute task waits for its slot, then starts a few ms after it: that is the
+    # scheduler's own jitter, not lateness; every slot was skipped, the target never called.
+    endpoint = make_endpoint(url=target.url("/on-time"), baseline_interval_ms=60_000)
+    endpoint.job.run_policy = {"catchup_window_ms": window_ms}
+    endpoint.job.save(update_fields=["run_policy"])
+
+    execute_claim(due_claim(endpoint))
+
+    on_time = Run.objects.get(endpoint=endpoint)
+    assert on_time.status == RunStatus.SUCCESS, on_time.error
+    assert len(target.hits("/on-time")) == 1
+    Slot.objects.filter(pk=endpoint.pk).update(next_run_at=timezone.now() - 2 * S)
+    [late] = claim_due_endpoints(now=timezone.now(), limit=10, horizon_ms=0)
+    execute_claim(late)
+    skipped = Run.objects.filter(endpoint=endpoint).latest("pk")
+    assert skipped.status == RunStatus.SKIPPED
+    assert skipped.error.startswith("Skipped: found 2.0 s late"), skipped.error
+    assert len(target.hits("/on-time")) == 1

@@ -131,8 +131,8 @@ class Started:
         return Outcome(self.endpoint, self.claim, self.run, started, timezone.now(), result, kind)
 
     def _skipped(self) -> HttpResult | None:
-        """A scheduled slot found later than the catch-up window is not called (the
-        default policy has no window: always run once, however late)."""
+        """A scheduled slot found later than the catch-up window (and than a tick) is not
+        called (the default policy has no window: always run once, however late)."""
         endpoint = self.endpoint
         if not (endpoint.run_policy or endpoint.job_run_policy):
             return None
@@ -142,7 +142,10 @@ class Started:
         if self.claim.source in (Source.MANUAL, Source.RETRY) or endpoint.retry_attempt:
             return None
         late = self.started - self.claim.scheduled_for
-        if late <= timedelta(milliseconds=window):
+        # Less than a tick after its slot is on time by the scheduler's own measure (its
+        # timers' jitter): a shorter window counts as a tick, else 0 would skip every slot.
+        tick = timedelta(seconds=settings.CRONICORN_TICK_SECONDS)
+        if late <= timedelta(milliseconds=window) or late < tick:
             return None
         return HttpResult(
             status="skipped",
