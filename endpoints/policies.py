@@ -555,7 +555,8 @@ def json_path(body: Any, path: str) -> tuple[bool, Any]:
 def retry_after_ms(headers: dict[str, str] | None) -> int | None:
     """A ``Retry-After`` in seconds, as ms (an HTTP date is not honoured: no clock here)."""
     value = (headers or {}).get("retry-after", "").strip()
-    return int(value) * 1000 if value.isdigit() and len(value) <= 9 else None
+    # ASCII digits only (RFC 9110's delay-seconds): "²" is a digit to isdigit, not to int.
+    return int(value) * 1000 if value.isascii() and value.isdigit() and len(value) <= 9 else None
 
 
 def jitter_offset_ms(endpoint_id: int, jitter_ms: int) -> int:

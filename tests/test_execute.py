@@ -441,3 +441,25 @@ def test_a_catchup_window_shorter_than_a_tick_skips_late_slots_but_never_one_on_
     assert skipped.status == RunStatus.SKIPPED
     assert skipped.error.startswith("Skipped: found 2.0 s late"), skipped.error
     assert len(target.hits("/on-time")) == 1
+
+
+@pytest.mark.parametrize(
+    ("retry_after", "delay"),
+    # "Â²" goes out as latin-1, the bytes of "²" in UTF-8: a digit to str.isdigit, not to int.
+    [("120", 120 * S), ("\u00c2\u00b2", 10 * S), ("soon", 10 * S)],
+)
+def test_a_retry_honours_a_retry_after_in_seconds_and_ignores_any_other(
+    make_endpoint, target, retry_after, delay
+):
+    target.reply("/busy", status=503, headers={"Retry-After": retry_after})
+    endpoint = make_endpoint(url=target.url("/busy"), baseline_interval_ms=3_600_000)
+    endpoint.job.run_policy = {"retry_attempts": 3, "retry_delay_ms": 10_000}
+    endpoint.job.save(update_fields=["run_policy"])
+
+    execute_claim(due_claim(endpoint))
+
+    run = Run.objects.get(endpoint=endpoint)
+    assert run.error == "HTTP 503 Service Unavailable"
+    endpoint.refresh_from_db()
+    assert endpoint.next_run_source == Source.RETRY
+    assert endpoint.next_run_at == run.finished_at + delay
