@@ -545,18 +545,22 @@ def json_path(body: Any, path: str) -> tuple[bool, Any]:
     for part in path.split("."):
         if isinstance(current, dict) and part in current:
             current = current[part]
-        elif isinstance(current, list) and part.isdigit() and int(part) < len(current):
+        elif isinstance(current, list) and _ascii_digits(part) and int(part) < len(current):
             current = current[int(part)]
         else:
             return False, None
     return True, current
 
 
+def _ascii_digits(text: str) -> bool:
+    # Not str.isdigit alone: "²" is a digit to it, not to int.
+    return text.isascii() and text.isdigit()
+
+
 def retry_after_ms(headers: dict[str, str] | None) -> int | None:
     """A ``Retry-After`` in seconds, as ms (an HTTP date is not honoured: no clock here)."""
     value = (headers or {}).get("retry-after", "").strip()
-    # ASCII digits only (RFC 9110's delay-seconds): "²" is a digit to isdigit, not to int.
-    return int(value) * 1000 if value.isascii() and value.isdigit() and len(value) <= 9 else None
+    return int(value) * 1000 if _ascii_digits(value) and len(value) <= 9 else None  # delay-seconds
 
 
 def jitter_offset_ms(endpoint_id: int, jitter_ms: int) -> int:

@@ -49,7 +49,7 @@ def parse_interval(text: str | int) -> int:
     raw = str(text).strip()
     if not raw:
         raise ScheduleError("The interval is empty; write e.g. 90s, 5m, 1h30m or 1d.")
-    if raw.isdigit():
+    if raw.isascii() and raw.isdigit():  # "²" is a digit to isdigit, not to int
         return int(raw)
     total, pos = 0, 0
     compact = raw.replace(" ", "")

@@ -463,3 +463,20 @@ def test_a_retry_honours_a_retry_after_in_seconds_and_ignores_any_other(
     endpoint.refresh_from_db()
     assert endpoint.next_run_source == Source.RETRY
     assert endpoint.next_run_at == run.finished_at + delay
+
+
+def test_a_body_json_path_with_a_non_ascii_digit_fails_the_check_not_the_scheduler(
+    make_endpoint, target
+):
+    # "²" is a digit to str.isdigit, not to int: every run ended in a ValueError.
+    target.reply("/items", body={"items": ["ok"]})
+    endpoint = make_endpoint(url=target.url("/items"), baseline_interval_ms=60_000)
+    endpoint.job.run_policy = {"body_json_path": "items.\u00b2", "body_json_equals": "ok"}
+    endpoint.job.save(update_fields=["run_policy"])
+
+    execute_claim(due_claim(endpoint))
+
+    run = Run.objects.get(endpoint=endpoint)
+    assert (run.status, run.error) == (RunStatus.FAILURE, "the body has no items.\u00b2")
+    endpoint.refresh_from_db()
+    assert endpoint.next_run_source == Source.BASELINE_INTERVAL

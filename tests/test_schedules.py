@@ -57,6 +57,9 @@ def test_parse_interval_reads_units_and_plain_milliseconds(text: str | int, ms: 
         ("2h-", ["'2h-' is not an interval"]),
         ("5 minutes", ["unknown unit 'minutes'"]),
         (True, ["True is not an interval"]),
+        # Digits to str.isdigit, not to int: a ValueError escaped (a traceback or a 500).
+        ("\u00b2", ["'\u00b2' is not an interval", "e.g. 90s"]),
+        ("1\u00b2", ["'1\u00b2' is not an interval"]),
     ],
     ids=repr,
 )
