@@ -107,7 +107,7 @@ def build_server(*, stdio_key: str | None = None) -> MCPServer:
         description="An endpoint's state: schedule, next run and why, hints, pause, failures.",
     )
     async def endpoint_state(endpoint_id: str, ctx: Context) -> str:
-        if not endpoint_id.isdigit():
+        if not endpoint_id.isdecimal():
             raise ResourceNotFoundError(
                 f"cronicorn://endpoints/{endpoint_id}: the endpoint id is a number, e.g. "
                 "cronicorn://endpoints/12 (find ids with list_endpoints)."

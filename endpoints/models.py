@@ -189,7 +189,7 @@ class EndpointQuerySet(models.QuerySet["Endpoint"]):
 
     def by_ref(self, ref: str) -> Endpoint:
         """Look up ``job/endpoint`` or a numeric id; raises Endpoint.DoesNotExist."""
-        if ref.isdigit():
+        if ref.isdecimal():
             return self.get(pk=int(ref))
         job_name, sep, name = ref.partition("/")
         if not sep:

@@ -164,6 +164,19 @@ def test_filtering_records_by_another_tenants_endpoint_shows_nothing(
     assert "beta-secret" not in response.content.decode()
 
 
+@pytest.mark.parametrize("value", ["\u00b2", "1\u00b2"])
+def test_filtering_records_by_an_endpoint_id_int_cannot_read_shows_nothing(
+    world: World, value: str
+) -> None:
+    # "²" is a digit to str.isdigit, not to int: the page was a 500.
+    response = world.client_for(world.alice).get(
+        reverse("admin:endpoints_run_changelist"), {"endpoint": value}
+    )
+
+    assert response.status_code == 200
+    assert len(response.context["cl"].result_list) == 0
+
+
 def test_autocomplete_of_jobs_offers_only_the_users_tenants(world: World) -> None:
     def search(term: str) -> list[str]:
         response = world.client_for(world.alice).get(

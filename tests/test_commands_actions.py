@@ -188,6 +188,19 @@ def test_a_time_whose_instant_is_out_of_range_is_refused_in_words(
     assert (endpoint.ai_hint_next_run_at, endpoint.paused_until) == (None, None)
 
 
+@pytest.mark.parametrize(
+    "args",
+    [["pause", "\u00b2", "--for", "1h"], ["pause", "--job", "\u00b2"]],
+)
+def test_a_reference_of_digits_int_cannot_read_is_not_found_in_words(
+    api: Endpoint, args: list[str]
+) -> None:
+    # "²" is a digit to str.isdigit, not to int: a ValueError traceback before.
+    with pytest.raises(CommandError, match="\u00b2"):
+        run(*args)
+    assert fresh(api).paused_until is None
+
+
 def test_pause_until_a_time(api: Endpoint) -> None:
     run("pause", str(api.pk), "--until", "2026-11-23T08:00:00+01:00")
 

@@ -80,7 +80,7 @@ class EndpointFilter(admin.SimpleListFilter):
         endpoints = scope(Endpoint.objects.live(), request, "job__tenant").select_related("job")
         chosen = self.value()
         picked = list(endpoints.order_by("job__name", "name")[:ENDPOINT_CHOICES_CAP])
-        if chosen and chosen.isdigit() and all(str(e.pk) != chosen for e in picked):
+        if chosen and chosen.isdecimal() and all(str(e.pk) != chosen for e in picked):
             picked += list(scope(Endpoint.objects.all(), request, "job__tenant").filter(pk=chosen))
         return [(str(e.pk), f"{e.job.name}/{e.name}") for e in picked]
 
@@ -92,7 +92,7 @@ class EndpointFilter(admin.SimpleListFilter):
         value = self.value()
         if not value:
             return queryset
-        if not value.isdigit():
+        if not value.isdecimal():
             return queryset.none()
         return queryset.filter(endpoint_id=int(value))
 

@@ -33,7 +33,7 @@ def find_endpoint(ref: str) -> Endpoint:
 def find_job(ref: str) -> Job:
     """The job named ``ref`` (or with that id); CommandError if none or ambiguous."""
     jobs = list(
-        Job.objects.filter(pk=int(ref)) if ref.isdigit() else Job.objects.filter(name=ref)[:2]
+        Job.objects.filter(pk=int(ref)) if ref.isdecimal() else Job.objects.filter(name=ref)[:2]
     )
     if len(jobs) == 1:
         return jobs[0]
@@ -45,7 +45,7 @@ def find_tenant(ref: str) -> Tenant:
     """The tenant named ``ref`` (or with that id); CommandError if none."""
     tenant = (
         Tenant.objects.filter(pk=int(ref)).first()
-        if ref.isdigit()
+        if ref.isdecimal()
         else Tenant.objects.filter(name=ref).first()
     )
     if tenant is None:
@@ -73,7 +73,7 @@ def parse_duration(text: str, *, option: str) -> timedelta:
     meant minutes, not 15 ms), so it is refused; files and forms still read bare
     numbers as milliseconds, as their format says."""
     bare = text.strip()
-    if bare.isdigit():
+    if bare.isdecimal():
         raise CommandError(
             f"{option} {bare}: missing unit: write {bare}m (or {bare}s, {bare}h, {bare}d)."
         )

@@ -36,7 +36,7 @@ class Command(BaseCommand):
 def find_channel(ref: str) -> Channel:
     """The channel named by ``ref``; CommandError says what to do if none or several."""
     channels = Channel.objects.select_related("tenant")
-    if ref.isdigit():
+    if ref.isdecimal():
         matches = list(channels.filter(pk=int(ref)))
     elif "/" in ref:
         tenant, _slash, name = ref.partition("/")
