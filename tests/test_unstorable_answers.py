@@ -89,3 +89,19 @@ def test_a_test_request_from_the_api_keeps_the_body_too(
     assert json.loads(response.text)["response_body"] == kept
     run = Run.objects.get(endpoint=endpoint)
     assert (run.status, run.response_body) == (RunStatus.SUCCESS, kept)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_kept_header_of_bytes_that_are_not_utf8_is_kept_replaced(
+    http: httpx.Client, make_endpoint: Callable[..., Endpoint], target: TargetServer
+) -> None:
+    # The bytes FF FE (sent as latin-1): the HTTP client reads them as lone surrogates.
+    target.reply("/limited", status=429, headers={"Retry-After": "\xff\xfe"})
+    endpoint = make_endpoint(url=target.url("/limited"))
+
+    response = http.post(f"/endpoints/{endpoint.pk}/test")
+
+    assert response.status_code == 200, response.text
+    run = Run.objects.get(endpoint=endpoint)
+    assert run.status == RunStatus.FAILURE and run.status_code == 429
+    assert run.response_headers["retry-after"] == "\ufffd\ufffd"

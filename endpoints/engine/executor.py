@@ -72,6 +72,7 @@ from endpoints.engine.guard import (
     NetworkPolicy,
     ip_literal,
 )
+from endpoints.jsonb import storable
 from endpoints.secrets import is_secret_header, redact_url
 from endpoints.validation import FRAMING_HEADERS, HEADER_NAME, HEADER_VALUE_FORBIDDEN
 
@@ -630,8 +631,8 @@ async def _read_result(
         duration_ms=0,
         error="" if ok else _http_error(response.status),
         final_url=progress.url,
-        headers={
-            name: headers[name][:KEPT_HEADER_CHARS]
+        headers={  # bytes that are not UTF-8 arrive as lone surrogates, which jsonb refuses
+            name: storable(headers[name][:KEPT_HEADER_CHARS])
             for name in KEPT_RESPONSE_HEADERS
             if name in headers
         },
