@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import timedelta
 from typing import Any
 
@@ -18,6 +19,10 @@ from endpoints.engine.claiming import claim_due_endpoints
 from endpoints.engine.running import start_claims
 from endpoints.models import Endpoint, HintHistory, Job, Run, RunStatus, Slot, Source, Tenant
 from endpoints.secrets import MASK
+from notifications.alerts import notify_cycle
+from notifications.models import Alert, AlertState, Channel, ChannelKind, Delivery
+from planner.analysis import analyze_endpoint
+from planner.models import AnalysisSession, Backend
 from tests.api_world import make_key
 from tests.engine_processes import wait_until
 from tests.http_targets import TargetServer
@@ -185,30 +190,80 @@ def test_an_endpoint_is_deleted_even_when_a_run_starts_while_its_history_goes(
         next_run_at=now, next_run_source=Source.BASELINE_INTERVAL
     )
     [claim] = claim_due_endpoints(now=now, limit=1, horizon_ms=0)  # before the delete
+    with _deleting_while_history_goes(http, f"/endpoints/{endpoint.pk}", old) as answers:
+        [started] = start_claims([claim])  # the scheduler records the claim's run
+        assert started is not None
+    assert [answer.status_code for answer in answers] == [200], answers[0].text
+    assert not Endpoint.objects.filter(pk=endpoint.pk).exists()
+    assert not Run.objects.filter(pk__in=[old.pk, started.run.pk]).exists()
+
+
+def test_an_endpoint_is_deleted_even_when_the_planner_analyses_it_while_its_history_goes(
+    http: httpx.Client, make_endpoint: Any
+) -> None:
+    """The planner's session of an endpoint being deleted goes with it, instead of failing
+    the delete (a 500, nothing deleted)."""
+    endpoint = make_endpoint()
+    now = timezone.now()
+    old = Run.objects.create(
+        endpoint=endpoint, scheduled_for=now, started_at=now, status=RunStatus.SUCCESS
+    )
+    with _deleting_while_history_goes(http, f"/endpoints/{endpoint.pk}", old) as answers:
+        session = analyze_endpoint(endpoint, now=now, backend=Backend.RULES)
+    assert [answer.status_code for answer in answers] == [200], answers[0].text
+    assert not Endpoint.objects.filter(pk=endpoint.pk).exists()
+    assert not AnalysisSession.objects.filter(pk=session.pk).exists()
+
+
+def test_a_job_is_deleted_even_when_its_endpoint_alerts_while_its_history_goes(
+    http: httpx.Client, make_endpoint: Any, target: TargetServer, settings: Any
+) -> None:
+    """What the notify cycle writes meanwhile (the alert state, the alert, its delivery
+    and the attempt to send it) goes with the job, instead of failing the delete."""
+    settings.CRONICORN_ALERT_DIGEST_SECONDS = 0
+    settings.CRONICORN_ALLOW_PRIVATE_ADDRESSES = True
+    endpoint = make_endpoint()
+    hook = Channel.objects.create(
+        tenant=endpoint.job.tenant, name="hook", kind=ChannelKind.WEBHOOK, target=target.url("/h")
+    )
+    now = timezone.now()
+    old = Run.objects.create(
+        endpoint=endpoint, scheduled_for=now, started_at=now, status=RunStatus.FAILURE
+    )
+    Endpoint.objects.filter(pk=endpoint.pk).update(failure_count=3)
+    with _deleting_while_history_goes(http, f"/jobs/{endpoint.job_id}", old) as answers:
+        told = notify_cycle(now=now, wait=10)
+        assert (told.alerts, told.deliveries, told.sent) == (1, 1, 1)
+    assert [answer.status_code for answer in answers] == [200], answers[0].text
+    assert not Job.objects.filter(pk=endpoint.job_id).exists()
+    assert not Alert.objects.exists()
+    assert not AlertState.objects.exists()
+    assert list(Delivery.objects.filter(channel=hook).values_list("alerts", flat=True)) == [None]
+
+
+@contextmanager
+def _deleting_while_history_goes(
+    http: httpx.Client, path: str, run: Run
+) -> Iterator[list[httpx.Response]]:
+    """Delete ``path`` through the API; the block runs while the delete waits where it
+    deletes the runs (another statement holds ``run``), its lists already made. Yields
+    the list the answer is put in once the delete is let go, after the block."""
     db = connection.settings_dict
     holder = psycopg.connect(
         dbname=db["NAME"], user=db["USER"], host=db["HOST"], port=db["PORT"] or 5432
     )
     answers: list[httpx.Response] = []
     try:
-        # Another statement holds one old run for a moment: the delete waits there, its
-        # list of runs already made.
-        holder.execute("SELECT id FROM endpoints_run WHERE id = %s FOR UPDATE", [old.pk])
-        deleting = threading.Thread(
-            target=lambda: answers.append(http.delete(f"/endpoints/{endpoint.pk}")), daemon=True
-        )
+        holder.execute("SELECT id FROM endpoints_run WHERE id = %s FOR UPDATE", [run.pk])
+        deleting = threading.Thread(target=lambda: answers.append(http.delete(path)), daemon=True)
         deleting.start()
         waiting = 'DELETE FROM "endpoints_run"'
         assert wait_until(lambda: _waits_for_a_lock(holder, waiting), timeout=5)
-        [started] = start_claims([claim])  # the scheduler records the claim's run
-        assert started is not None
+        yield answers
         holder.rollback()
         deleting.join(timeout=10)
     finally:
         holder.close()
-    assert [answer.status_code for answer in answers] == [200], answers[0].text
-    assert not Endpoint.objects.filter(pk=endpoint.pk).exists()
-    assert not Run.objects.filter(pk__in=[old.pk, started.run.pk]).exists()
 
 
 def _waits_for_a_lock(observer: psycopg.Connection, statement: str) -> bool:
