@@ -18,7 +18,7 @@ from typing import Any
 from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.db import transaction
-from django.db.models import Q
+from django.db.models import Q, QuerySet
 from django.utils import timezone
 
 from endpoints import validation
@@ -526,3 +526,16 @@ def unarchive_job(job: Job, *, now: datetime, user: Any = None) -> None:
     Job.objects.filter(pk=job.pk).update(status=JobStatus.PAUSED, updated_at=now)
     job.status, job.updated_at = JobStatus.PAUSED, now
     log_event(logging.INFO, f"job {job.pk} unarchived (paused) by {user or 'system'}")
+
+
+def delete_for_good(objects: QuerySet[Any]) -> int:
+    """Delete tenants, jobs, endpoints or alert channels with everything of theirs (runs,
+    hints, sessions, alerts, deliveries); how many of them went. ``archive_job`` and
+    ``archive_endpoint`` keep the history instead.
+
+    Django lists the related rows, then deletes them: both in one transaction here, so
+    on SQLite (IMMEDIATE, the write lock taken at BEGIN) the scheduler and the notify
+    cycle write nothing in between. On PostgreSQL a row written meanwhile goes through
+    its key's cascade (docs/DESIGN.md, "Retention")."""
+    with transaction.atomic():
+        return objects.delete()[1].get(objects.model._meta.label, 0)

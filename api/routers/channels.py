@@ -16,6 +16,7 @@ from api.operations import operation
 from api.routers.endpoints import scoped_endpoint
 from api.routers.jobs import tenant_for
 from api.schemas import Message
+from endpoints import operations
 from endpoints.models import Tenant
 from notifications.alerts import acknowledge
 from notifications.delivery import send_test_message
@@ -92,7 +93,7 @@ def update_channel(principal: Principal, channel_id: int, payload: ChannelPatch)
 def delete_channel(principal: Principal, channel_id: int) -> Message:
     """Delete an alert channel with its delivery records."""
     channel = scoped_channel(principal, channel_id)
-    channel.delete()
+    operations.delete_for_good(Channel.objects.filter(pk=channel.pk))
     return Message(detail=f"Channel {channel.name} deleted.")
 
 

@@ -177,7 +177,7 @@ def delete_endpoint(principal: Principal, endpoint_id: int) -> Message:
     """Delete an endpoint and its runs (archive it instead to keep its history)."""
     endpoint = scoped_endpoint(principal, endpoint_id)
     ref = endpoint.ref
-    endpoint.delete()
+    operations.delete_for_good(Endpoint.objects.filter(pk=endpoint.pk))
     return Message(detail=f"Endpoint {ref} deleted.")
 
 

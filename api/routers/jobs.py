@@ -98,7 +98,7 @@ def delete_job(principal: Principal, job_id: int) -> Message:
 
     To stop a job but keep its history, archive it instead (archive_job)."""
     job = scoped_job(principal, job_id)
-    job.delete()
+    operations.delete_for_good(Job.objects.filter(pk=job.pk))
     return Message(detail=f"Job {job.name} deleted.")
 
 

@@ -16,7 +16,7 @@ from django.urls import URLPattern, path, reverse
 from django.utils import timezone
 from django.utils.html import format_html
 
-from console.admin.base import RecordAdmin, TenantScopedAdmin
+from console.admin.base import DeletesForGood, RecordAdmin, TenantScopedAdmin
 from console.admin.filters import scope, user_tenant_ids
 from endpoints.models import Endpoint, Job, Tenant
 from notifications.delivery import send_test_message
@@ -33,7 +33,7 @@ from notifications.transports import masked_target
 
 
 @admin.register(Channel)
-class ChannelAdmin(TenantScopedAdmin):
+class ChannelAdmin(DeletesForGood, TenantScopedAdmin):
     tenant_path = "tenant"
     editable = True
     form = ChannelForm

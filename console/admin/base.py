@@ -19,6 +19,7 @@ from console.admin.filters import (
     scope,
     user_tenant_ids,
 )
+from endpoints import operations
 
 # Fields holding secrets (header values, a URL's password, the HMAC secret). A lookup on
 # one (``?headers__X-Partner__startswith=a``) would let a person read a masked value back
@@ -31,6 +32,18 @@ class NoSecretLookups(admin.ModelAdmin):
         if SECRET_FIELDS.intersection(lookup.split("__")):
             return False
         return super().lookup_allowed(lookup, value, request)
+
+
+class DeletesForGood(admin.ModelAdmin):
+    """Tenants, jobs, endpoints and channels are deleted the way the API deletes them
+    (``operations.delete_for_good``): by the "delete selected" action too, which Django
+    runs outside a transaction."""
+
+    def delete_model(self, request: HttpRequest, obj: Any) -> None:
+        operations.delete_for_good(type(obj).objects.filter(pk=obj.pk))
+
+    def delete_queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> None:
+        operations.delete_for_good(queryset)
 
 
 class TenantScopedAdmin(NoSecretLookups):

@@ -21,7 +21,7 @@ from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 
 from console.admin.actions import OPERATIONS, perform
-from console.admin.base import NoSecretLookups, RecordAdmin, TenantScopedAdmin
+from console.admin.base import DeletesForGood, NoSecretLookups, RecordAdmin, TenantScopedAdmin
 from console.admin.display import (
     endpoint_link,
     hint_badge,
@@ -74,7 +74,7 @@ LIST_TEST_CAP = 10
 
 
 @admin.register(Tenant)
-class TenantAdmin(NoSecretLookups):
+class TenantAdmin(DeletesForGood, NoSecretLookups):
     """Superusers only: members and quotas."""
 
     form = TenantAdminForm
@@ -164,7 +164,7 @@ class TenantAdmin(NoSecretLookups):
 
 
 @admin.register(Job)
-class JobAdmin(TenantScopedAdmin):
+class JobAdmin(DeletesForGood, TenantScopedAdmin):
     tenant_path = "tenant"
     editable = True
     list_display = ("name", "tenant", "status", "max_concurrent", "endpoints_link")
@@ -272,7 +272,7 @@ def _list_action(name: str) -> Callable[..., Any]:
 
 
 @admin.register(Endpoint)
-class EndpointAdmin(TenantScopedAdmin):
+class EndpointAdmin(DeletesForGood, TenantScopedAdmin):
     tenant_path = "job__tenant"
     editable = True
     form = EndpointAdminForm

@@ -14,8 +14,9 @@ NOT VALID key on a partitioned table), holding off run writes meanwhile: on a la
 history run it in a maintenance window, as 0017.
 
 SQLite is left as it is (changing a key there rebuilds the table): its transactions are
-IMMEDIATE (settings), so no run is recorded while a delete's transaction is open; what
-Django collects before opening it (``Model.delete``) is not covered.
+IMMEDIATE (settings), so no run is recorded while a delete's transaction is open, and
+``operations.delete_for_good`` opens it before Django collects (``Model.delete`` would
+collect first).
 """
 
 from django.db import migrations
