@@ -13,6 +13,7 @@ import httpx
 import psycopg
 import pytest
 from django.db import connection
+from django.db.models import Model
 from django.utils import timezone
 
 from endpoints.engine.claiming import claim_due_endpoints
@@ -20,7 +21,15 @@ from endpoints.engine.running import start_claims
 from endpoints.models import Endpoint, HintHistory, Job, Run, RunStatus, Slot, Source, Tenant
 from endpoints.secrets import MASK
 from notifications.alerts import notify_cycle
-from notifications.models import Alert, AlertState, Channel, ChannelKind, Delivery
+from notifications.models import (
+    Alert,
+    AlertState,
+    Channel,
+    ChannelKind,
+    Delivery,
+    DeliveryAttempt,
+    DeliveryStatus,
+)
 from planner.analysis import analyze_endpoint
 from planner.models import AnalysisSession, Backend
 from tests.api_world import make_key
@@ -190,7 +199,7 @@ def test_an_endpoint_is_deleted_even_when_a_run_starts_while_its_history_goes(
         next_run_at=now, next_run_source=Source.BASELINE_INTERVAL
     )
     [claim] = claim_due_endpoints(now=now, limit=1, horizon_ms=0)  # before the delete
-    with _deleting_while_history_goes(http, f"/endpoints/{endpoint.pk}", old) as answers:
+    with _deleting_while_held(http, f"/endpoints/{endpoint.pk}", old) as answers:
         [started] = start_claims([claim])  # the scheduler records the claim's run
         assert started is not None
     assert [answer.status_code for answer in answers] == [200], answers[0].text
@@ -208,7 +217,7 @@ def test_an_endpoint_is_deleted_even_when_the_planner_analyses_it_while_its_hist
     old = Run.objects.create(
         endpoint=endpoint, scheduled_for=now, started_at=now, status=RunStatus.SUCCESS
     )
-    with _deleting_while_history_goes(http, f"/endpoints/{endpoint.pk}", old) as answers:
+    with _deleting_while_held(http, f"/endpoints/{endpoint.pk}", old) as answers:
         session = analyze_endpoint(endpoint, now=now, backend=Backend.RULES)
     assert [answer.status_code for answer in answers] == [200], answers[0].text
     assert not Endpoint.objects.filter(pk=endpoint.pk).exists()
@@ -231,7 +240,7 @@ def test_a_job_is_deleted_even_when_its_endpoint_alerts_while_its_history_goes(
         endpoint=endpoint, scheduled_for=now, started_at=now, status=RunStatus.FAILURE
     )
     Endpoint.objects.filter(pk=endpoint.pk).update(failure_count=3)
-    with _deleting_while_history_goes(http, f"/jobs/{endpoint.job_id}", old) as answers:
+    with _deleting_while_held(http, f"/jobs/{endpoint.job_id}", old) as answers:
         told = notify_cycle(now=now, wait=10)
         assert (told.alerts, told.deliveries, told.sent) == (1, 1, 1)
     assert [answer.status_code for answer in answers] == [200], answers[0].text
@@ -241,23 +250,54 @@ def test_a_job_is_deleted_even_when_its_endpoint_alerts_while_its_history_goes(
     assert list(Delivery.objects.filter(channel=hook).values_list("alerts", flat=True)) == [None]
 
 
+def test_a_channel_is_deleted_even_when_the_notify_cycle_sends_to_it_while_it_goes(
+    http: httpx.Client, make_endpoint: Any, target: TargetServer, settings: Any
+) -> None:
+    """A delivery the notify cycle makes and sends to a channel being deleted goes with
+    it (with its attempt), instead of failing the delete."""
+    settings.CRONICORN_ALERT_DIGEST_SECONDS = 0
+    settings.CRONICORN_ALLOW_PRIVATE_ADDRESSES = True
+    endpoint = make_endpoint()
+    hook = Channel.objects.create(
+        tenant=endpoint.job.tenant, name="hook", kind=ChannelKind.WEBHOOK, target=target.url("/h")
+    )
+    now = timezone.now()
+    sent = Delivery.objects.create(
+        channel=hook,
+        subject="earlier",
+        body="",
+        payload={},
+        status=DeliveryStatus.SENT,
+        next_attempt_at=now,
+        created_at=now,
+    )
+    Endpoint.objects.filter(pk=endpoint.pk).update(failure_count=3)
+    with _deleting_while_held(http, f"/channels/{hook.pk}", sent) as answers:
+        told = notify_cycle(now=now, wait=10)
+        assert (told.alerts, told.deliveries, told.sent) == (1, 1, 1)
+    assert [answer.status_code for answer in answers] == [200], answers[0].text
+    assert not Channel.objects.filter(pk=hook.pk).exists()
+    assert not Delivery.objects.exists()
+    assert not DeliveryAttempt.objects.exists()
+    assert len(target.hits("/h")) == 1
+
+
 @contextmanager
-def _deleting_while_history_goes(
-    http: httpx.Client, path: str, run: Run
-) -> Iterator[list[httpx.Response]]:
+def _deleting_while_held(http: httpx.Client, path: str, row: Model) -> Iterator[list[Any]]:
     """Delete ``path`` through the API; the block runs while the delete waits where it
-    deletes the runs (another statement holds ``run``), its lists already made. Yields
-    the list the answer is put in once the delete is let go, after the block."""
+    deletes ``row``'s table (another statement holds ``row``), its lists already made.
+    Yields the list the answer is put in once the delete is let go, after the block."""
     db = connection.settings_dict
     holder = psycopg.connect(
         dbname=db["NAME"], user=db["USER"], host=db["HOST"], port=db["PORT"] or 5432
     )
     answers: list[httpx.Response] = []
+    table = row._meta.db_table
     try:
-        holder.execute("SELECT id FROM endpoints_run WHERE id = %s FOR UPDATE", [run.pk])
+        holder.execute(f"SELECT id FROM {table} WHERE id = %s FOR UPDATE", [row.pk])
         deleting = threading.Thread(target=lambda: answers.append(http.delete(path)), daemon=True)
         deleting.start()
-        waiting = 'DELETE FROM "endpoints_run"'
+        waiting = f'DELETE FROM "{table}"'
         assert wait_until(lambda: _waits_for_a_lock(holder, waiting), timeout=5)
         yield answers
         holder.rollback()
