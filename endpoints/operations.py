@@ -13,12 +13,14 @@ import secrets
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, cast
 
 from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.db import transaction
-from django.db.models import Q, QuerySet
+from django.db.models import CASCADE, Model, Q, QuerySet
+from django.db.models.deletion import get_candidate_relations_to_delete
+from django.db.models.fields.reverse_related import ForeignObjectRel
 from django.utils import timezone
 
 from endpoints import validation
@@ -539,3 +541,38 @@ def delete_for_good(objects: QuerySet[Any]) -> int:
     its key's cascade (docs/DESIGN.md, "Retention")."""
     with transaction.atomic():
         return objects.delete()[1].get(objects.model._meta.label, 0)
+
+
+def count_deleted(objects: QuerySet[Any]) -> dict[type[Model], int]:
+    """What ``delete_for_good`` of these objects would delete, counted per model (the
+    objects first, kinds with no rows left out): one COUNT per kind, as many queries for
+    5 runs as for 5 million. It follows the keys Django's delete
+    cascades through (``on_delete=CASCADE``); a row several keys lead to (an alert names
+    its tenant, job and endpoint) is counted once."""
+    paths: dict[type[Model], list[str]] = {objects.model: ["pk"]}
+    _follow_cascades(objects.model, "", (objects.model,), paths)
+    root = objects.values("pk")
+    counts: dict[type[Model], int] = {}
+    for model, ways in paths.items():
+        reached = Q()
+        for way in ways:
+            reached |= Q(**{f"{way}__in": root})
+        if count := model._base_manager.filter(reached).count():
+            counts[model] = count
+    return counts
+
+
+def _follow_cascades(
+    model: type[Model],
+    path: str,
+    chain: tuple[type[Model], ...],
+    paths: dict[type[Model], list[str]],
+) -> None:
+    for found in get_candidate_relations_to_delete(model._meta):
+        relation = cast(ForeignObjectRel, found)
+        child = relation.field.model
+        if relation.on_delete is not CASCADE or child in chain:
+            continue  # the rows stay (SET_NULL, DO_NOTHING), or a loop of keys
+        way = f"{relation.field.name}__{path}" if path else relation.field.name
+        paths.setdefault(child, []).append(way)
+        _follow_cascades(child, way, (*chain, child), paths)

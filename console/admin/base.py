@@ -4,16 +4,23 @@ Scoping rule: a superuser sees everything; a staff user sees, through every list
 change page, filter, autocomplete, action and URL, only the rows of the tenants they
 are a member of (anything else is a 404). Membership is the permission: a staff member
 of a tenant may view, add and change its jobs and endpoints and view its records (runs,
-hints, planner sessions), which nobody edits. Only superusers delete or manage tenants.
+hints, planner sessions), which nobody edits. Only superusers delete or manage tenants;
+what they delete takes its records with it (``DeletesForGood``).
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any, ClassVar
 
 from django.contrib import admin
+from django.contrib.admin.utils import quote
 from django.db.models import QuerySet
 from django.http import Http404, HttpRequest
+from django.urls import reverse
+from django.utils.html import format_html
+from django.utils.safestring import SafeString
+from django.utils.text import capfirst
 
 from console.admin.filters import (
     scope,
@@ -37,7 +44,27 @@ class NoSecretLookups(admin.ModelAdmin):
 class DeletesForGood(admin.ModelAdmin):
     """Tenants, jobs, endpoints and channels are deleted the way the API deletes them
     (``operations.delete_for_good``): by the "delete selected" action too, which Django
-    runs outside a transaction."""
+    runs outside a transaction.
+
+    Whoever may delete one may delete it with its history: the records' admins refuse
+    deleting a single record, not the records of what goes. The confirmation lists the
+    chosen objects and counts what goes with them per kind: Django's own lists every
+    related row (every run) and asks each row's admin for permission."""
+
+    def get_deleted_objects(
+        self, objs: Sequence[Any] | QuerySet[Any], request: HttpRequest
+    ) -> tuple[list[Any], dict[str, int], set[str], list[Any]]:
+        chosen = [obj.pk for obj in objs]
+        counts = operations.count_deleted(self.model._base_manager.filter(pk__in=chosen))
+        listed = [self.deleted_object_link(obj) for obj in objs]
+        totals = {str(model._meta.verbose_name_plural): n for model, n in counts.items()}
+        return listed, totals, set(), []
+
+    def deleted_object_link(self, obj: Any) -> SafeString:
+        url = reverse(
+            f"admin:{self.opts.app_label}_{self.opts.model_name}_change", args=[quote(obj.pk)]
+        )
+        return format_html('{}: <a href="{}">{}</a>', capfirst(self.opts.verbose_name), url, obj)
 
     def delete_model(self, request: HttpRequest, obj: Any) -> None:
         operations.delete_for_good(type(obj).objects.filter(pk=obj.pk))
