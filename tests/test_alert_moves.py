@@ -1,0 +1,66 @@
+"""Alerts of a job moved to another tenant: each goes to the tenant it was raised for.
+
+A job moves with the admin's job form (its tenant field); its alerts already raised but
+not yet sent stay the old tenant's (raised while it owned the job), and what happens
+after the move is the new tenant's alone: never told on the old tenant's channels."""
+
+from __future__ import annotations
+
+import json
+from datetime import timedelta
+
+import pytest
+
+from endpoints.forms import JobForm
+from endpoints.models import Endpoint, Job, Tenant
+from notifications.alerts import notify_cycle
+from notifications.models import Channel, ChannelKind
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+S = timedelta(seconds=1)
+
+
+@pytest.fixture(autouse=True)
+def quick_alerts(settings):
+    settings.CRONICORN_ALERT_DIGEST_SECONDS = 5
+    settings.CRONICORN_NOTIFY_TIMEOUT_SECONDS = 1
+    settings.CRONICORN_ALLOW_PRIVATE_ADDRESSES = True
+
+
+def fail(endpoint: Endpoint, times: int) -> None:
+    Endpoint.objects.filter(pk=endpoint.pk).update(failure_count=times)
+
+
+def move(job: Job, tenant: Tenant) -> None:
+    form = JobForm(
+        instance=job,
+        data={"tenant": tenant.pk, "name": job.name, "description": job.description},
+    )
+    assert form.is_valid(), form.errors
+    form.save()
+
+
+def told(target, path: str) -> list[tuple[str, list[tuple[str, str]]]]:
+    payloads = [json.loads(hit.body) for hit in target.hits(path)]
+    return [(p["tenant"], [(a["endpoint"], a["event"]) for a in p["alerts"]]) for p in payloads]
+
+
+def test_alerts_raised_after_a_job_moved_tenant_go_to_the_new_tenant_only(
+    tenant, job, make_endpoint, target, now
+):
+    other = Tenant.objects.create(name="Globex")
+    for owner, path in [(tenant, "/hook-acme"), (other, "/hook-globex")]:
+        Channel.objects.create(
+            tenant=owner, name="hook", kind=ChannelKind.WEBHOOK, target=target.url(path)
+        )
+    before, after = make_endpoint(name="before"), make_endpoint(name="after")
+    fail(before, 3)
+    notify_cycle(now=now)  # raised for Acme, waiting out the digest
+    move(job, other)
+    fail(after, 3)
+    notify_cycle(now=now + 2 * S)  # raised for Globex, in the same digest wait
+    notify_cycle(now=now + 10 * S)
+
+    assert told(target, "/hook-acme") == [("Acme", [("ops/before", "failing")])]
+    assert told(target, "/hook-globex") == [("Globex", [("ops/after", "failing")])]
