@@ -438,34 +438,36 @@ def queue_deliveries(*, now: datetime) -> int:
     """Turn each quiet job's new alerts into one message per enabled channel."""
     pending = Alert.objects.filter(queued_at__isnull=True)  # notifications_alert_unqueued
     made = 0
-    for job_id, oldest, newest in _pending_jobs(pending):
+    for tenant_id, job_id, oldest, newest in _pending_jobs(pending):
         settled = now - newest >= timedelta(seconds=settings.CRONICORN_ALERT_DIGEST_SECONDS)
         if settled or now - oldest >= DIGEST_MAX_WAIT:
-            made += _queue_job(job_id, now)
+            made += _queue_job(tenant_id, job_id, now)
     return made
 
 
-def _pending_jobs(pending: Any) -> list[tuple[int, datetime, datetime]]:
-    by_job: dict[int, list[datetime]] = defaultdict(list)
-    for job_id, created_at in pending.values_list("job_id", "created_at"):
-        by_job[job_id].append(created_at)
-    return [(job_id, min(times), max(times)) for job_id, times in by_job.items()]
+def _pending_jobs(pending: Any) -> list[tuple[int, int, datetime, datetime]]:
+    """Each job's waiting alerts, apart per tenant they were raised for: a job moved to
+    another tenant may have alerts of both, and each tenant is told only its own."""
+    by_job: dict[tuple[int, int], list[datetime]] = defaultdict(list)
+    for tenant_id, job_id, created_at in pending.values_list("tenant_id", "job_id", "created_at"):
+        by_job[tenant_id, job_id].append(created_at)
+    return [(*key, min(times), max(times)) for key, times in by_job.items()]
 
 
-def _queue_job(job_id: int, now: datetime) -> int:
+def _queue_job(tenant_id: int, job_id: int, now: datetime) -> int:
     with transaction.atomic():
         # Another cycle may be queueing the same job: skip what it holds.
         alerts = list(
             Alert.objects.select_for_update(skip_locked=True, of=("self",))
-            .filter(job_id=job_id, queued_at__isnull=True)
-            .select_related("endpoint", "job__tenant")
+            .filter(tenant_id=tenant_id, job_id=job_id, queued_at__isnull=True)
+            .select_related("endpoint", "job", "tenant")
             .order_by("created_at", "pk")
         )
         alerts = _outside_quiet_hours(alerts, now)
         if not alerts:
             return 0
         Alert.objects.filter(pk__in=[a.pk for a in alerts]).update(queued_at=now)
-        enabled = Channel.objects.filter(tenant_id=alerts[0].tenant_id, enabled=True)
+        enabled = Channel.objects.filter(tenant_id=tenant_id, enabled=True)
         made = 0
         if everyone := [alert for alert in alerts if alert.channel_id is None]:
             made += _make_deliveries(enabled.filter(escalation_only=False), everyone, now)
@@ -518,7 +520,7 @@ def compose(alerts: Sequence[Alert], now: datetime) -> Message:
         subject = f"[Cronicorn] {job.name}: {len(by_endpoint)} endpoints changed ({summary})"
     payload = {
         "kind": "alert" if len(alerts) == 1 else "digest",
-        "tenant": job.tenant.name,
+        "tenant": alerts[0].tenant.name,  # raised for it (its job may have moved since)
         "job": job.name,
         "sent_at": now.isoformat(),
         "alerts": [
