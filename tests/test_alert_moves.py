@@ -2,7 +2,9 @@
 
 A job moves with the admin's job form (its tenant field); its alerts already raised but
 not yet sent stay the old tenant's (raised while it owned the job), and what happens
-after the move is the new tenant's alone: never told on the old tenant's channels."""
+after the move is the new tenant's alone: never told on the old tenant's channels. The
+old tenant's episode (its acknowledgement, who gave it) stays with the old tenant: the
+new one is told afresh what its endpoint is going through."""
 
 from __future__ import annotations
 
@@ -13,7 +15,7 @@ import pytest
 
 from endpoints.forms import JobForm
 from endpoints.models import Endpoint, Job, Tenant
-from notifications.alerts import notify_cycle
+from notifications.alerts import acknowledge, notify_cycle
 from notifications.models import Channel, ChannelKind
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -64,3 +66,27 @@ def test_alerts_raised_after_a_job_moved_tenant_go_to_the_new_tenant_only(
 
     assert told(target, "/hook-acme") == [("Acme", [("ops/before", "failing")])]
     assert told(target, "/hook-globex") == [("Globex", [("ops/after", "failing")])]
+
+
+def test_an_endpoint_failing_when_its_job_moves_tenant_is_told_afresh_to_the_new_tenant(
+    tenant, job, make_endpoint, target, now
+):
+    other = Tenant.objects.create(name="Globex")
+    for owner, path in [(tenant, "/hook-acme"), (other, "/hook-globex")]:
+        Channel.objects.create(
+            tenant=owner, name="hook", kind=ChannelKind.WEBHOOK, target=target.url(path)
+        )
+    endpoint = make_endpoint(name="billing")
+    fail(endpoint, 3)
+    notify_cycle(now=now)
+    notify_cycle(now=now + 10 * S)
+    acknowledge(endpoint, now=now + 15 * S, by="alice@acme")
+    move(job, other)
+    notify_cycle(now=now + 20 * S)
+    notify_cycle(now=now + 30 * S)
+
+    assert told(target, "/hook-acme") == [("Acme", [("ops/billing", "failing")])]
+    assert told(target, "/hook-globex") == [("Globex", [("ops/billing", "failing")])]
+    state = acknowledge(endpoint, now=now + 40 * S, by="bob@globex")
+    assert state is not None
+    assert (state.acknowledged_by, state.failing_since) == ("bob@globex", now + 20 * S)
