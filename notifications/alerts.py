@@ -186,14 +186,28 @@ def _stale_after(interval_ms: int, factor: int) -> timedelta:
 
 
 def _states_of(ids: Sequence[int]) -> dict[int, AlertState]:
-    """Each endpoint's alert state, created (all clear) the first time it is a candidate."""
-    states = AlertState.objects.in_bulk(list(ids))
-    if missing := [pk for pk in ids if pk not in states]:
+    """Each endpoint's alert state, created (all clear) the first time it is a candidate.
+    A state is its endpoint's tenant's: once the endpoint moved to another tenant (its job
+    did, or it moved to a job of another tenant) it starts over, all clear, so the new
+    tenant is told afresh what its endpoint is going through and never inherits the old
+    tenant's episode (its acknowledgement and who gave it, its reminders)."""
+    tenants = dict(Endpoint.objects.filter(pk__in=ids).values_list("pk", "job__tenant_id"))
+    states = AlertState.objects.in_bulk(list(tenants))
+    moved = [pk for pk, state in states.items() if state.tenant_id != tenants[pk]]
+    for pk in moved:
+        told = states[pk].tenant_id
+        # Conditional on the tenant read: a concurrent cycle starts it over once.
+        AlertState.objects.filter(pk=pk, tenant_id=told).update(
+            tenant_id=tenants[pk], **(STATE_CLEARED if told is not None else {})
+        )
+    if missing := [pk for pk in tenants if pk not in states]:
         # ignore_conflicts: another cycle may create the same rows at the same moment.
         AlertState.objects.bulk_create(
-            [AlertState(endpoint_id=pk) for pk in missing], ignore_conflicts=True
+            [AlertState(endpoint_id=pk, tenant_id=tenants[pk]) for pk in missing],
+            ignore_conflicts=True,
         )
-        states.update(AlertState.objects.in_bulk(missing))
+    if moved or missing:
+        states.update(AlertState.objects.in_bulk([*moved, *missing]))
     return states
 
 
@@ -219,6 +233,13 @@ EPISODE_CLEARED: dict[str, Any] = {
     "acknowledged_at": None,
     "acknowledged_by": "",
     "breaker_told_at": None,
+}
+# A state started over (its endpoint moved to another tenant): nothing told there yet.
+STATE_CLEARED: dict[str, Any] = {
+    "failing": False,
+    "stale": False,
+    "paused_until_seen": None,
+    **EPISODE_CLEARED,
 }
 
 

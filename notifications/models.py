@@ -379,6 +379,12 @@ class AlertState(models.Model):
     breaker_told_at = models.DateTimeField(null=True, blank=True)
     acknowledged_at = models.DateTimeField(null=True, blank=True)
     acknowledged_by = models.CharField(max_length=200, blank=True)
+    # The tenant whose alerts this state told (its endpoint's): an endpoint moved to another
+    # tenant starts over there, all clear (``alerts._states_of``). Null in a state kept
+    # from before it was recorded: taken as the endpoint's tenant at the next cycle.
+    tenant = models.ForeignKey(
+        Tenant, on_delete=models.CASCADE, null=True, blank=True, related_name="+"
+    )
 
     class Meta:
         indexes = [

@@ -65,7 +65,10 @@ def test_alerts_raised_after_a_job_moved_tenant_go_to_the_new_tenant_only(
     notify_cycle(now=now + 10 * S)
 
     assert told(target, "/hook-acme") == [("Acme", [("ops/before", "failing")])]
-    assert told(target, "/hook-globex") == [("Globex", [("ops/after", "failing")])]
+    # Globex is told afresh of what its endpoints are going through, "before" included.
+    assert told(target, "/hook-globex") == [
+        ("Globex", [("ops/before", "failing"), ("ops/after", "failing")])
+    ]
 
 
 def test_an_endpoint_failing_when_its_job_moves_tenant_is_told_afresh_to_the_new_tenant(
