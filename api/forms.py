@@ -12,9 +12,9 @@ from django.forms.models import model_to_dict
 
 from api.auth import Principal
 from api.errors import InvalidInput
-from endpoints.forms import EndpointForm, JobForm
+from endpoints.forms import JobForm
 from endpoints.models import Endpoint, Job
-from notifications.forms import AlertRuleForm, ChannelForm
+from notifications.forms import AlertRuleForm, ChannelForm, MovableEndpointForm
 from notifications.models import AlertRule, Channel
 
 
@@ -43,10 +43,10 @@ def _validated_in_tenant(
 
 def endpoint_form(principal: Principal, endpoint: Endpoint, values: dict[str, Any]) -> Any:
     """The endpoint form, bound to the stored values with ``values`` over them."""
-    fields = EndpointForm.Meta.fields
+    fields = MovableEndpointForm.Meta.fields
     # A new endpoint starts from the model's defaults, as the admin's add form does.
     data = {**model_to_dict(endpoint, fields=fields), **values}
-    form = EndpointForm(data=data, instance=endpoint)
+    form = MovableEndpointForm(data=data, instance=endpoint)
     form.fields["job"].queryset = principal.scope(  # type: ignore[attr-defined]
         Job.objects.select_related("tenant"), "tenant"
     )

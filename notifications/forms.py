@@ -3,9 +3,18 @@ MCP (the model's ``full_clean`` underneath, as for endpoints)."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from django import forms
 
-from notifications.models import MINUTES_IN_A_YEAR, AlertRule, Channel
+from endpoints.forms import EndpointForm
+from endpoints.models import Job
+from notifications.models import (
+    MINUTES_IN_A_YEAR,
+    AlertRule,
+    Channel,
+    escalation_move_problem,
+)
 
 
 class ChannelForm(forms.ModelForm):
@@ -71,3 +80,41 @@ class AlertRuleForm(forms.ModelForm):
             "job": "The job's rule applies to each of its endpoints…",
             "endpoint": "…unless the endpoint has a rule of its own. Pick one of the two.",
         }
+
+
+class MovableEndpointForm(EndpointForm):
+    """``EndpointForm`` for the interfaces that can move an endpoint to another tenant's
+    job (the admin, the API and MCP for a person in several tenants): its alert rule must
+    not escalate to a channel of the tenant it leaves (``escalation_move_problem``)."""
+
+    def clean(self) -> dict[str, Any]:
+        # The instance still holds the stored job here: the form assigns after clean().
+        cleaned = super().clean()
+        job = cleaned.get("job")
+        moved = self.instance.pk is not None and job is not None
+        if moved and job.tenant_id != self.instance.job.tenant_id:
+            _refuse_move(self, "job", job.tenant_id, endpoint_id=self.instance.pk)
+        return cleaned
+
+
+class MovableJobForm(forms.ModelForm):
+    """The admin's job page, where a job moves to another tenant (the API and imports
+    keep a job in its tenant): its rules must not escalate to a channel of the tenant it
+    leaves (``escalation_move_problem``)."""
+
+    class Meta:
+        model = Job
+        fields = ["tenant", "name", "description", "status", "max_concurrent", "run_policy"]
+
+    def clean(self) -> dict[str, Any]:
+        cleaned = super().clean() or {}
+        tenant = cleaned.get("tenant")
+        moved = self.instance.pk is not None and tenant is not None
+        if moved and tenant.pk != self.instance.tenant_id:
+            _refuse_move(self, "tenant", tenant.pk, job_id=self.instance.pk)
+        return cleaned
+
+
+def _refuse_move(form: forms.ModelForm, field: str, tenant_id: int, **moving: Any) -> None:
+    if problem := escalation_move_problem(tenant_id, **moving):
+        form.add_error(field, problem)

@@ -353,6 +353,31 @@ class AlertRule(models.Model):
         return _within(now.time(), self.quiet_from, self.quiet_until)
 
 
+def escalation_move_problem(
+    tenant_id: int, *, job_id: int | None = None, endpoint_id: int | None = None
+) -> str:
+    """Why a job (its rule and its endpoints' rules) or one endpoint (its rule) cannot move
+    to the tenant ``tenant_id``, or "": a rule escalating to a channel of its tenant would
+    escalate to another tenant's channel there, which no escalation reaches (and which
+    the new tenant would see). Every interface that moves one asks this first."""
+    rules = AlertRule.objects.filter(escalate_to__isnull=False).exclude(
+        escalate_to__tenant_id=tenant_id
+    )
+    if job_id is not None:
+        rules = rules.filter(Q(job_id=job_id) | Q(endpoint__job_id=job_id))
+    else:
+        rules = rules.filter(endpoint_id=endpoint_id or 0)
+    rule = rules.select_related("escalate_to", "job", "endpoint__job").order_by("pk").first()
+    if rule is None:
+        return ""
+    assert rule.escalate_to is not None
+    return (
+        f"The alert rule of {rule.endpoint or rule.job} escalates to {rule.escalate_to.name}, "
+        "a channel of the current tenant, which the new tenant cannot use: pick one of the "
+        "new tenant's channels (or none) as the rule's escalation channel, then move it."
+    )
+
+
 def _within(at: time, start: time, end: time) -> bool:
     # Quiet hours may span midnight (22:00-07:00).
     return start <= at < end if start <= end else at >= start or at < end

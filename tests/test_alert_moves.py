@@ -12,11 +12,13 @@ import json
 from datetime import timedelta
 
 import pytest
+from django.urls import reverse
 
 from endpoints.forms import JobForm
 from endpoints.models import Endpoint, Job, Tenant
 from notifications.alerts import acknowledge, notify_cycle
-from notifications.models import Channel, ChannelKind
+from notifications.models import AlertRule, Channel, ChannelKind
+from tests.admin_world import build_world
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -93,3 +95,40 @@ def test_an_endpoint_failing_when_its_job_moves_tenant_is_told_afresh_to_the_new
     state = acknowledge(endpoint, now=now + 40 * S, by="bob@globex")
     assert state is not None
     assert (state.acknowledged_by, state.failing_since) == ("bob@globex", now + 20 * S)
+
+
+def test_a_job_or_endpoint_whose_rule_escalates_to_its_tenants_channel_is_not_moved_away():
+    world = build_world()
+    pager = Channel.objects.create(
+        tenant=world.a.tenant, name="pager", kind=ChannelKind.EMAIL, target="oncall@alpha.test"
+    )
+    rule = AlertRule.objects.create(job=world.a.job, escalate_after_minutes=30, escalate_to=pager)
+    client = world.client_for(world.root)
+    job_page = reverse("admin:endpoints_job_change", args=[world.a.job.pk])
+    move_job = {"tenant": world.b.tenant.pk, "name": world.a.job.name, "run_policy": "{}"}
+
+    page = client.post(job_page, move_job)
+    assert page.status_code == 200
+    assert "escalates to pager, a channel of the current tenant" in page.content.decode()
+    assert Job.objects.get(pk=world.a.job.pk).tenant == world.a.tenant
+
+    AlertRule.objects.filter(pk=rule.pk).update(job=None, endpoint=world.a.endpoint)
+    endpoint_page = reverse("admin:endpoints_endpoint_change", args=[world.a.endpoint.pk])
+    form = client.get(endpoint_page).context["adminform"].form
+    move_endpoint = {k: v for k, v in form.initial.items() if v is not None}
+    page = client.post(endpoint_page, {**move_endpoint, "job": world.b.job.pk})
+    assert page.status_code == 200
+    assert "escalates to pager, a channel of the current tenant" in page.content.decode()
+    assert Endpoint.objects.get(pk=world.a.endpoint.pk).job == world.a.job
+    answer = client.patch(
+        f"/api/v1/endpoints/{world.a.endpoint.pk}",
+        {"job_id": world.b.job.pk},
+        content_type="application/json",
+    )
+    assert answer.status_code == 422, answer.content
+    assert "escalates to pager, a channel of the current tenant" in answer.content.decode()
+    assert Endpoint.objects.get(pk=world.a.endpoint.pk).job == world.a.job
+
+    AlertRule.objects.filter(pk=rule.pk).update(escalate_to=None, escalate_after_minutes=0)
+    assert client.post(job_page, move_job).status_code == 302
+    assert Job.objects.get(pk=world.a.job.pk).tenant == world.b.tenant

@@ -14,9 +14,9 @@ from django import forms
 from django.conf import settings
 from django.core.exceptions import ValidationError
 
-from endpoints.forms import EndpointForm
 from endpoints.models import Tenant
 from endpoints.validation import json_text_depth_problem
+from notifications.forms import MovableEndpointForm
 
 
 class BoundedJSONField(forms.JSONField):
@@ -46,10 +46,10 @@ RUN_POLICY_HELP = (
 )
 
 
-class EndpointAdminForm(EndpointForm):
+class EndpointAdminForm(MovableEndpointForm):
     """``EndpointForm`` typed by a person: JSON in text areas, help beside each field."""
 
-    class Meta(EndpointForm.Meta):
+    class Meta(MovableEndpointForm.Meta):
         field_classes = {
             "headers": BoundedJSONField,
             "secret_header_names": BoundedJSONField,

@@ -60,6 +60,7 @@ from endpoints.governor import EndpointSchedule, explain_plan
 from endpoints.models import Endpoint, HintHistory, HintKind, Job, Run, RunStatus, Tenant
 from endpoints.schedules import describe_schedule, format_interval
 from endpoints.secrets import USERINFO_REGEX
+from notifications.forms import MovableJobForm
 from planner.models import AnalysisSession
 
 admin.site.site_header = "Cronicorn"
@@ -165,6 +166,7 @@ class TenantAdmin(DeletesForGood, NoSecretLookups):
 
 @admin.register(Job)
 class JobAdmin(DeletesForGood, TenantScopedAdmin):
+    form = MovableJobForm
     tenant_path = "tenant"
     editable = True
     list_display = ("name", "tenant", "status", "max_concurrent", "endpoints_link")
