@@ -201,11 +201,18 @@ def _states_of(ids: Sequence[int]) -> dict[int, AlertState]:
             tenant_id=tenants[pk], **(STATE_CLEARED if told is not None else {})
         )
     if missing := [pk for pk in tenants if pk not in states]:
-        # ignore_conflicts: another cycle may create the same rows at the same moment.
-        AlertState.objects.bulk_create(
-            [AlertState(endpoint_id=pk, tenant_id=tenants[pk]) for pk in missing],
-            ignore_conflicts=True,
-        )
+        with transaction.atomic():
+            # Locked first: a delete in flight is waited for and its endpoint left out; a
+            # state made for it would break its foreign key, and the whole cycle with it.
+            alive = Endpoint.objects.select_for_update().filter(pk__in=missing).order_by("pk")
+            # ignore_conflicts: another cycle may create the same rows at the same moment.
+            AlertState.objects.bulk_create(
+                [
+                    AlertState(endpoint_id=pk, tenant_id=tenants[pk])
+                    for pk in alive.values_list("pk", flat=True)
+                ],
+                ignore_conflicts=True,
+            )
     if moved or missing:
         states.update(AlertState.objects.in_bulk([*moved, *missing]))
     return states

@@ -16,9 +16,7 @@ from notifications.models import AlertKind, AlertState
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
-def test_an_endpoint_deleted_while_the_cycle_reads_it_does_not_abort_the_cycle(
-    make_endpoint, now
-):
+def test_an_endpoint_deleted_while_the_cycle_reads_it_does_not_abort_the_cycle(make_endpoint, now):
     gone, other = make_endpoint(name="gone"), make_endpoint(name="other")
     Endpoint.objects.filter(pk__in=[gone.pk, other.pk]).update(failure_count=3)
     deleted = threading.Event()
