@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from datetime import timedelta
 
 import pytest
 from django.utils import timezone
@@ -17,7 +18,7 @@ from endpoints.embedded import EmbeddedScheduler
 from endpoints.models import Endpoint, HintHistory, HintKind, Job, Run, RunStatus, Slot
 from endpoints.operations import reset_failures, test_endpoint
 from notifications.alerts import detect_changes
-from notifications.models import Alert, AlertKind
+from notifications.models import Alert, AlertKind, AlertRule
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("loopback_allowed")]
 
@@ -41,6 +42,24 @@ def tick_and_detect_until(
             return True
         time.sleep(0.2)
     return condition()
+
+
+def tick_until(scheduler: EmbeddedScheduler, condition: Callable[[], bool], timeout: float) -> bool:
+    """Tick as ``runscheduler`` does, without the notify cycle."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        scheduler.tick_once()
+        if condition():
+            return True
+        time.sleep(0.2)
+    return condition()
+
+
+def finished(endpoint: Endpoint, count: int) -> Callable[[], bool]:
+    return lambda: (
+        Run.objects.filter(endpoint=endpoint).exclude(status=RunStatus.RUNNING).count() >= count
+        and Slot.objects.filter(pk=endpoint.pk, claim_token__isnull=True).exists()
+    )
 
 
 def breaker_job(job: Job) -> Job:
@@ -130,3 +149,29 @@ def test_a_test_run_failing_the_success_criteria_is_no_recovery_after_a_reset(
     assert (run.status, run.status_code) == (RunStatus.FAILURE, 200)
     assert run.error == 'status is "error", expected "ok"'
     assert alerts(endpoint, AlertKind.RECOVERED) == []
+
+
+def test_the_failing_alert_names_the_last_failed_run_not_a_slot_skipped_since(
+    scheduler, job, make_endpoint, target
+):
+    job.run_policy = {"catchup_window_ms": 60_000}
+    job.full_clean()
+    job.save()
+    AlertRule.objects.create(job=job, after_failures=2)
+    target.reply("/down", status=500)
+    endpoint = make_endpoint(
+        url=target.url("/down"), baseline_interval_ms=1_000, next_run_at=timezone.now()
+    )
+    assert tick_until(scheduler, finished(endpoint, 2), timeout=20)
+    # Then an outage: the next slot is found hours late, skipped (no failure counted).
+    Slot.objects.filter(pk=endpoint.pk).update(next_run_at=timezone.now() - timedelta(hours=6))
+    assert tick_until(scheduler, finished(endpoint, 3), timeout=20)
+    assert [run.status for run in Run.objects.filter(endpoint=endpoint).order_by("pk")] == [
+        RunStatus.FAILURE,
+        RunStatus.FAILURE,
+        RunStatus.SKIPPED,
+    ]
+
+    [alert] = detect_changes(now=timezone.now())
+    assert alert.kind == AlertKind.FAILING
+    assert alert.detail.startswith("2 failed runs in a row; last: failure HTTP 500"), alert.detail
