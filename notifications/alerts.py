@@ -357,7 +357,9 @@ def _alert(
 
 
 def _failure_detail(endpoint: Endpoint, failures: int, before: datetime | None = None) -> str:
-    runs = Run.objects.filter(endpoint=endpoint).exclude(status__in=["success", "running"])
+    # A skipped slot (found later than its catch-up window) counts no failure: not named.
+    not_failed = [RunStatus.SUCCESS, RunStatus.RUNNING, RunStatus.SKIPPED]
+    runs = Run.objects.filter(endpoint=endpoint).exclude(status__in=not_failed)
     if before is not None:
         runs = runs.filter(started_at__lt=before)
     run = runs.order_by("-started_at").first()  # endpoints_run_history
