@@ -1,19 +1,40 @@
-"""Alerts of an endpoint deleted while the notify cycle reads it: the cycle goes on for
-every other endpoint (a delete commits between the cycle's reads and its writes)."""
+"""Alerts of an endpoint deleted or archived: the notify cycle goes on for every other
+endpoint when one is deleted while it reads it, and a message about endpoints all since
+archived or deleted (waiting for its retry, or not sent yet) is not sent as old news."""
 
 from __future__ import annotations
 
+import json
 import threading
 import time
+from datetime import timedelta
 
 import pytest
 from django.db import connection, transaction
 
 from endpoints.models import Endpoint
-from notifications.alerts import detect_changes
-from notifications.models import AlertKind, AlertState
+from endpoints.operations import archive_endpoint
+from notifications.alerts import detect_changes, notify_cycle
+from notifications.models import (
+    AlertKind,
+    AlertState,
+    Channel,
+    ChannelKind,
+    Delivery,
+    DeliveryStatus,
+)
 
 pytestmark = pytest.mark.django_db(transaction=True)
+
+S = timedelta(seconds=1)
+
+
+@pytest.fixture(autouse=True)
+def quick_alerts(settings):
+    settings.CRONICORN_ALERT_DIGEST_SECONDS = 5
+    settings.CRONICORN_NOTIFY_RETRY_SECONDS = 10
+    settings.CRONICORN_NOTIFY_TIMEOUT_SECONDS = 1
+    settings.CRONICORN_ALLOW_PRIVATE_ADDRESSES = True
 
 
 def test_an_endpoint_deleted_while_the_cycle_reads_it_does_not_abort_the_cycle(make_endpoint, now):
@@ -42,3 +63,57 @@ def test_an_endpoint_deleted_while_the_cycle_reads_it_does_not_abort_the_cycle(m
 
     assert [(a.endpoint_id, a.kind) for a in alerts] == [(other.pk, AlertKind.FAILING)]
     assert list(AlertState.objects.values_list("pk", flat=True)) == [other.pk]
+
+
+def archive(endpoint: Endpoint, now) -> None:
+    archive_endpoint(endpoint, now=now)
+
+
+def delete(endpoint: Endpoint, now) -> None:
+    endpoint.delete()
+
+
+@pytest.mark.parametrize("remove", [archive, delete], ids=["archived", "deleted"])
+def test_a_message_waiting_for_its_retry_is_not_sent_once_its_endpoint_is_gone(
+    make_endpoint, tenant, target, now, remove
+):
+    target.reply("/room", status=503)
+    Channel.objects.create(
+        tenant=tenant, name="room", kind=ChannelKind.WEBHOOK, target=target.url("/room")
+    )
+    endpoint = make_endpoint(name="api")
+    Endpoint.objects.filter(pk=endpoint.pk).update(failure_count=3)
+    notify_cycle(now=now)
+    notify_cycle(now=now + 10 * S)  # the first attempt fails: retried after its backoff
+    target.reply("/room", status=200)
+    remove(endpoint, now + 20 * S)
+
+    delivery = Delivery.objects.get()
+    notify_cycle(now=delivery.next_attempt_at)
+    notify_cycle(now=delivery.next_attempt_at + timedelta(hours=1))
+
+    assert len(target.hits("/room")) == 1
+    delivery.refresh_from_db()
+    assert (delivery.status, delivery.attempts) == (DeliveryStatus.FAILED, 1)
+    assert delivery.last_error == (
+        "Not sent: every endpoint it told of was archived or deleted before it went out."
+    )
+
+
+def test_an_alert_of_an_endpoint_archived_before_it_was_sent_is_not_sent(
+    make_endpoint, tenant, target, now
+):
+    Channel.objects.create(
+        tenant=tenant, name="room", kind=ChannelKind.WEBHOOK, target=target.url("/room")
+    )
+    archived, live = make_endpoint(name="archived"), make_endpoint(name="live")
+    Endpoint.objects.filter(pk=archived.pk).update(failure_count=3)
+    notify_cycle(now=now)  # its failing alert waits out the digest
+    archive(archived, now + 2 * S)
+    notify_cycle(now=now + 10 * S)
+    Endpoint.objects.filter(pk=live.pk).update(failure_count=3)
+    notify_cycle(now=now + 20 * S)
+    notify_cycle(now=now + 30 * S)
+
+    subjects = [json.loads(hit.body)["alerts"] for hit in target.hits("/room")]
+    assert [[a["endpoint"] for a in alerts] for alerts in subjects] == [["ops/live"]]
