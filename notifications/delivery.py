@@ -21,7 +21,7 @@ from typing import Any
 
 from django.conf import settings
 from django.db import connection, transaction
-from django.db.models import F
+from django.db.models import Count, F, Q
 
 from endpoints.schedules import describe_duration
 from notifications.models import (
@@ -178,11 +178,18 @@ def _channel_turn(
         deliveries = list(
             Delivery.objects.select_related("channel__tenant")
             .filter(pk__in=pks, next_attempt_at=until)
+            .annotate(live=Count("alerts", filter=Q(alerts__endpoint__archived_at__isnull=True)))
             .order_by("created_at", "pk")
         )
         if deliveries and not deliveries[0].channel.enabled:
-            _withdraw(deliveries, until)
+            _withdraw(deliveries, until, CHANNEL_DISABLED)
             return sent, failed
+        # A message whose endpoints were all archived (silent from then on: no recovery
+        # will follow) or deleted (their alerts with them) is old news; a test message
+        # tells of no endpoint.
+        if gone := [d for d in deliveries if not d.live and d.payload.get("kind") != "test"]:
+            _withdraw(gone, until, ENDPOINTS_GONE)
+            deliveries = [d for d in deliveries if d not in gone]
         for index, delivery in enumerate(deliveries):
             if failed or time.monotonic() > deadline:
                 _release(deliveries[index:], until, clock.now())
@@ -203,15 +210,17 @@ def _channel_turn(
 
 
 CHANNEL_DISABLED = "Not sent: the channel was disabled before it went out."
+ENDPOINTS_GONE = "Not sent: every endpoint it told of was archived or deleted before it went out."
 
 
-def _withdraw(deliveries: Sequence[Delivery], until: datetime) -> None:
-    """A disabled channel sends nothing more: what still waited for it (a retry) is
-    closed, saying why, rather than kept to go out as old news if it is enabled again."""
+def _withdraw(deliveries: Sequence[Delivery], until: datetime, reason: str) -> None:
+    """Close deliveries that must not go out, saying why: a disabled channel sends nothing
+    more, and a message about endpoints since archived or deleted is not sent; either
+    would otherwise go out as old news (on a retry, or once the channel is enabled)."""
     withdrawn = Delivery.objects.filter(
         pk__in=[d.pk for d in deliveries], status=DeliveryStatus.PENDING, next_attempt_at=until
-    ).update(status=DeliveryStatus.FAILED, last_error=CHANNEL_DISABLED)
-    logger.info("channel %s is disabled: %d deliveries not sent", deliveries[0].channel, withdrawn)
+    ).update(status=DeliveryStatus.FAILED, last_error=reason)
+    logger.info("channel %s: %d deliveries not sent: %s", deliveries[0].channel, withdrawn, reason)
 
 
 def _release(deliveries: Sequence[Delivery], until: datetime, at: datetime) -> None:

@@ -61,7 +61,9 @@ class AlertKind(models.TextChoices):
 class DeliveryStatus(models.TextChoices):
     PENDING = "pending"
     SENT = "sent"
-    FAILED = "failed"  # gave up after the last attempt, or its channel was disabled
+    # Gave up after the last attempt, or not sent: its channel was disabled, or every
+    # endpoint it told of was archived or deleted (``delivery._withdraw``).
+    FAILED = "failed"
 
 
 class Channel(models.Model):
