@@ -197,7 +197,8 @@ def _states_of(ids: Sequence[int]) -> dict[int, AlertState]:
     for pk in moved:
         told = states[pk].tenant_id
         # Conditional on the tenant read: a concurrent cycle starts it over once.
-        AlertState.objects.filter(pk=pk, tenant_id=told).update(
+        same = Q(tenant_id=told) if told is not None else Q(tenant__isnull=True)
+        AlertState.objects.filter(same, pk=pk).update(
             tenant_id=tenants[pk], **(STATE_CLEARED if told is not None else {})
         )
     if missing := [pk for pk in tenants if pk not in states]:

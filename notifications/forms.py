@@ -91,8 +91,9 @@ class MovableEndpointForm(EndpointForm):
         # The instance still holds the stored job here: the form assigns after clean().
         cleaned = super().clean()
         job = cleaned.get("job")
-        moved = self.instance.pk is not None and job is not None
-        if moved and job.tenant_id != self.instance.job.tenant_id:
+        if self.instance.pk is None or job is None:
+            return cleaned
+        if job.tenant_id != self.instance.job.tenant_id:
             _refuse_move(self, "job", job.tenant_id, endpoint_id=self.instance.pk)
         return cleaned
 
@@ -109,8 +110,9 @@ class MovableJobForm(forms.ModelForm):
     def clean(self) -> dict[str, Any]:
         cleaned = super().clean() or {}
         tenant = cleaned.get("tenant")
-        moved = self.instance.pk is not None and tenant is not None
-        if moved and tenant.pk != self.instance.tenant_id:
+        if self.instance.pk is None or tenant is None:
+            return cleaned
+        if tenant.pk != self.instance.tenant_id:
             _refuse_move(self, "tenant", tenant.pk, job_id=self.instance.pk)
         return cleaned
 
