@@ -17,7 +17,7 @@ from django.urls import reverse
 from endpoints.forms import JobForm
 from endpoints.models import Endpoint, Job, Tenant
 from notifications.alerts import acknowledge, notify_cycle
-from notifications.models import AlertRule, Channel, ChannelKind
+from notifications.models import AlertRule, Channel, ChannelKind, Delivery, DeliveryStatus
 from tests.admin_world import build_world
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -132,3 +132,34 @@ def test_a_job_or_endpoint_whose_rule_escalates_to_its_tenants_channel_is_not_mo
     AlertRule.objects.filter(pk=rule.pk).update(escalate_to=None, escalate_after_minutes=0)
     assert client.post(job_page, move_job).status_code == 302
     assert Job.objects.get(pk=world.a.job.pk).tenant == world.b.tenant
+
+
+def test_a_channel_that_told_its_tenants_alerts_is_not_moved_to_another_tenant(now):
+    world = build_world()
+    room = Channel.objects.create(
+        tenant=world.a.tenant, name="room", kind=ChannelKind.EMAIL, target="ops@alpha.test"
+    )
+    page = reverse("admin:notifications_channel_change", args=[room.pk])
+    move = {"tenant": world.b.tenant.pk, "name": "room", "kind": "email", "enabled": "on"}
+    client = world.client_for(world.root)
+    Delivery.objects.create(
+        channel=room,
+        subject="[Cronicorn] alpha-ops/alpha-orders is failing",
+        body="alpha-orders failing: HTTP 500",
+        payload={"kind": "alert", "tenant": "Alpha"},
+        next_attempt_at=now,
+        created_at=now,
+        status=DeliveryStatus.SENT,
+    )
+
+    answer = client.post(page, move)
+    assert answer.status_code == 200
+    assert "Add a channel with the same target to the other tenant" in answer.content.decode()
+    assert Channel.objects.get(pk=room.pk).tenant == world.a.tenant
+
+    fresh = Channel.objects.create(
+        tenant=world.a.tenant, name="fresh", kind=ChannelKind.EMAIL, target="ops@alpha.test"
+    )
+    page = reverse("admin:notifications_channel_change", args=[fresh.pk])
+    assert client.post(page, {**move, "name": "fresh"}).status_code == 302
+    assert Channel.objects.get(pk=fresh.pk).tenant == world.b.tenant
