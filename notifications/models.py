@@ -113,10 +113,31 @@ class Channel(models.Model):
                 validate_target(self.kind, self.target)
             except ValidationError as exc:
                 problems["target"] = exc.messages
-        if message := self.channel_cap_problem():
+        if message := self.move_problem():
+            problems["tenant"] = [message]
+        elif message := self.channel_cap_problem():
             problems.setdefault("__all__", []).append(message)
         if problems:
             raise ValidationError(problems)
+
+    def move_problem(self) -> str:
+        """A channel that has told its tenant's alerts, or that a rule escalates to, stays
+        in its tenant: moved, its deliveries (that tenant's alerts) would show in the other
+        tenant, and the rules would escalate to another tenant's channel, reaching no one."""
+        if self.pk is None or self.tenant_id is None:
+            return ""
+        stored = Channel.objects.filter(pk=self.pk).values_list("tenant_id", flat=True).first()
+        if stored in (None, self.tenant_id):
+            return ""
+        if Delivery.objects.filter(channel_id=self.pk).exists() or (
+            AlertRule.objects.filter(escalate_to_id=self.pk).exists()
+        ):
+            return (
+                "This channel has sent its tenant's alerts (or a rule escalates to it), so it "
+                "stays in its tenant. Add a channel with the same target to the other tenant "
+                "instead."
+            )
+        return ""
 
     def channel_cap_problem(self) -> str:
         """The tenant's channel cap, for a new channel or one moved to another tenant.
