@@ -1,6 +1,7 @@
-"""Alerts of an endpoint deleted or archived: the notify cycle goes on for every other
-endpoint when one is deleted while it reads it, and a message about endpoints all since
-archived or deleted (waiting for its retry, or not sent yet) is not sent as old news."""
+"""Alerts of an endpoint deleted, archived or stopped: the notify cycle goes on for every
+other endpoint when one is deleted while it reads it; a message about endpoints all since
+archived or deleted (waiting for its retry, or not sent yet) is not sent as old news; an
+endpoint stopped on purpose (its job archived or paused, itself paused) is not stale."""
 
 from __future__ import annotations
 
@@ -12,11 +13,12 @@ from datetime import timedelta
 import pytest
 from django.db import connection, transaction
 
-from endpoints.models import Endpoint
-from endpoints.operations import archive_endpoint
+from endpoints.models import Endpoint, Slot
+from endpoints.operations import archive_endpoint, archive_job, pause_endpoint, pause_job
 from notifications.alerts import detect_changes, notify_cycle
 from notifications.models import (
     AlertKind,
+    AlertRule,
     AlertState,
     Channel,
     ChannelKind,
@@ -117,3 +119,39 @@ def test_an_alert_of_an_endpoint_archived_before_it_was_sent_is_not_sent(
 
     subjects = [json.loads(hit.body)["alerts"] for hit in target.hits("/room")]
     assert [[a["endpoint"] for a in alerts] for alerts in subjects] == [["ops/live"]]
+
+
+def archive_the_job(endpoint: Endpoint, now) -> None:
+    archive_job(endpoint.job, now=now)
+
+
+def pause_the_job(endpoint: Endpoint, now) -> None:
+    pause_job(endpoint.job, now=now)
+
+
+def pause_it(endpoint: Endpoint, now) -> None:
+    pause_endpoint(endpoint, now=now, until=now + timedelta(days=1), reason="maintenance")
+
+
+@pytest.mark.parametrize(
+    "stop", [archive_the_job, pause_the_job, pause_it], ids=["job archived", "job paused", "paused"]
+)
+def test_an_endpoint_stopped_on_purpose_is_not_stale(make_endpoint, now, stop):
+    endpoint = make_endpoint(name="feed", baseline_interval_ms=60_000)
+    AlertRule.objects.create(job=endpoint.job, stale_factor=3)
+    Slot.objects.filter(pk=endpoint.pk).update(last_run_at=now - timedelta(minutes=1))
+    stop(Endpoint.objects.select_related("job").get(pk=endpoint.pk), now)
+
+    later = [detect_changes(now=now + timedelta(minutes=m)) for m in (5, 60, 600)]
+
+    assert [a.kind for alerts in later for a in alerts if a.kind != AlertKind.PAUSED] == []
+
+
+def test_a_stale_endpoint_whose_job_is_archived_is_not_told_as_running_again(make_endpoint, now):
+    endpoint = make_endpoint(name="feed", baseline_interval_ms=60_000)
+    AlertRule.objects.create(job=endpoint.job, stale_factor=3)
+    Slot.objects.filter(pk=endpoint.pk).update(last_run_at=now - timedelta(minutes=10))
+    assert [a.kind for a in detect_changes(now=now)] == [AlertKind.STALE]
+    archive_job(endpoint.job, now=now)
+
+    assert detect_changes(now=now + timedelta(minutes=1)) == []
