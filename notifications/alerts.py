@@ -35,8 +35,8 @@ from django.conf import settings
 from django.db import transaction
 from django.db.models import Exists, OuterRef, Q
 
-from endpoints.governor import ENDED, MAX_PLANNABLE_MS, ONCE, WINDOW
-from endpoints.models import Endpoint, Flip, Run, RunStatus
+from endpoints.governor import ENDED, MAX_PLANNABLE_MS, ONCE, PAUSED, WINDOW
+from endpoints.models import Endpoint, Flip, JobStatus, Run, RunStatus
 from endpoints.policies import BREAKER_REASON_PREFIX
 from endpoints.schedules import describe_duration
 from notifications.delivery import Clock, deliver_due
@@ -126,7 +126,7 @@ def consume_flips(*, now: datetime) -> list[Alert]:
 def _streak_ended(
     endpoint: Endpoint, state: AlertState, rule: AlertRule, flip: Flip, now: datetime
 ) -> list[Alert]:
-    live = endpoint.archived_at is None and rule.enabled
+    live = _live(endpoint, rule)
     if state.failing:
         if _flip(state, now, failing=False, **EPISODE_CLEARED) and live and rule.on_recovery:
             return [_alert(endpoint, AlertKind.RECOVERED, _recovery_detail(endpoint, flip), now)]
@@ -257,7 +257,7 @@ def _changes(endpoint: Endpoint, state: AlertState, rule: AlertRule, now: dateti
     UPDATE, that the endpoint is still as read: failing at the threshold, or recovered with
     no flip of the engine waiting (which would tell that recovery itself)."""
     alerts = []
-    live = endpoint.archived_at is None and rule.enabled
+    live = _live(endpoint, rule)
     if state.failing and not live:
         _flip(state, now, failing=False, **EPISODE_CLEARED)  # archived or rule off: silence
     elif not state.failing and live and endpoint.failure_count >= rule.after_failures:
@@ -286,7 +286,7 @@ def _changes(endpoint: Endpoint, state: AlertState, rule: AlertRule, now: dateti
     stale = live and _is_stale(endpoint, rule, now)
     if stale != state.stale and _flip(state, now, stale=stale):
         kind = AlertKind.STALE if stale else AlertKind.RECOVERED
-        if stale or rule.on_recovery:
+        if stale or (live and rule.on_recovery):  # archived: silence, no "runs again"
             alerts.append(_alert(endpoint, kind, _stale_detail(endpoint, stale, now), now))
     return alerts
 
@@ -306,6 +306,14 @@ def _pause_changed(
     if not _flip(state, now, paused_until_seen=paused, **(episode if breaker else {})):
         return []
     return [_alert(endpoint, AlertKind.PAUSED, _pause_detail(endpoint, now), now)]
+
+
+def _live(endpoint: Endpoint, rule: AlertRule) -> bool:
+    """Whether the endpoint's alerts are told at all: not when it or its job is archived
+    (stopped for good: silence from then on) or its rule is off. ``endpoint.job`` is
+    loaded with it by every caller."""
+    archived = endpoint.archived_at is not None or endpoint.job.status == JobStatus.ARCHIVED
+    return not archived and rule.enabled
 
 
 def _endpoint_is(**lookups: Any) -> Q:
@@ -331,14 +339,15 @@ def _flip(state: AlertState, now: datetime, *conditions: Q, **change: Any) -> bo
 
 def _is_stale(endpoint: Endpoint, rule: AlertRule, now: datetime) -> bool:
     """Not run for ``stale_factor`` intervals, counted from its last run or, when its run
-    policy put its next run off (a window, a one-off's time), from that run: a rest the
-    policy asks for is not the scheduler being stuck, nor is the end of its runs."""
+    policy or a pause put its next run off (a window, a one-off's time, the pause's end),
+    from that run: a rest asked for is not the scheduler being stuck, nor is the end of
+    its runs, nor a paused job (its runs stay planned, unclaimed, until it resumes)."""
     if not rule.stale_factor or endpoint.baseline_interval_ms is None:
         return False
-    if endpoint.next_run_source == ENDED:
+    if endpoint.next_run_source == ENDED or endpoint.job.status != JobStatus.ACTIVE:
         return False
     since = endpoint.last_run_at or endpoint.created_at
-    if endpoint.next_run_source in (WINDOW, ONCE) and endpoint.next_run_at is not None:
+    if endpoint.next_run_source in (WINDOW, ONCE, PAUSED) and endpoint.next_run_at is not None:
         since = max(since, endpoint.next_run_at)
     return now - since > _stale_after(endpoint.baseline_interval_ms, rule.stale_factor)
 
@@ -421,7 +430,7 @@ def remind_and_escalate(*, now: datetime) -> list[Alert]:
     alerts: list[Alert] = []
     for endpoint in endpoints:
         rule, state = rules[endpoint.pk], states[endpoint.pk]
-        if not rule.enabled or endpoint.archived_at is not None:
+        if not _live(endpoint, rule):
             continue
         since = state.failing_since or state.changed_at or now
         open_episode = AlertState.objects.filter(
