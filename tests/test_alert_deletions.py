@@ -75,7 +75,13 @@ def delete(endpoint: Endpoint, now) -> None:
     endpoint.delete()
 
 
-@pytest.mark.parametrize("remove", [archive, delete], ids=["archived", "deleted"])
+def archive_its_job(endpoint: Endpoint, now) -> None:
+    archive_job(endpoint.job, now=now)
+
+
+@pytest.mark.parametrize(
+    "remove", [archive, archive_its_job, delete], ids=["archived", "job archived", "deleted"]
+)
 def test_a_message_waiting_for_its_retry_is_not_sent_once_its_endpoint_is_gone(
     make_endpoint, tenant, target, now, remove
 ):
