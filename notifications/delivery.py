@@ -23,6 +23,7 @@ from django.conf import settings
 from django.db import connection, transaction
 from django.db.models import Count, F, Q
 
+from endpoints.models import JobStatus
 from endpoints.schedules import describe_duration
 from notifications.models import (
     Channel,
@@ -178,7 +179,7 @@ def _channel_turn(
         deliveries = list(
             Delivery.objects.select_related("channel__tenant")
             .filter(pk__in=pks, next_attempt_at=until)
-            .annotate(live=Count("alerts", filter=Q(alerts__endpoint__archived_at__isnull=True)))
+            .annotate(live=Count("alerts", filter=LIVE_ENDPOINT))
             .order_by("created_at", "pk")
         )
         if deliveries and not deliveries[0].channel.enabled:
@@ -209,6 +210,10 @@ def _channel_turn(
         connection.close()  # this thread's own; a pool thread may idle for hours
 
 
+# An alert whose endpoint still tells its alerts: neither it nor its job archived.
+LIVE_ENDPOINT = Q(alerts__endpoint__archived_at__isnull=True) & ~Q(
+    alerts__endpoint__job__status=JobStatus.ARCHIVED
+)
 CHANNEL_DISABLED = "Not sent: the channel was disabled before it went out."
 ENDPOINTS_GONE = "Not sent: every endpoint it told of was archived or deleted before it went out."
 
