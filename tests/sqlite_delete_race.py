@@ -9,6 +9,7 @@ answered and what is left, as JSON."""
 from __future__ import annotations
 
 import json
+import sqlite3
 import threading
 from collections.abc import Callable
 from datetime import timedelta
@@ -89,3 +90,35 @@ DELETES: dict[str, Callable[[Endpoint], int]] = {
     "api-endpoint": lambda endpoint: _api("delete", f"/endpoints/{endpoint.pk}", endpoint),
     "api-job": lambda endpoint: _api("delete", f"/jobs/{endpoint.job_id}", endpoint),
 }
+
+
+def delete_a_long_history() -> None:
+    """Delete, through the API, an endpoint with more runs than this SQLite allows
+    variables in a statement (one in 100 a retry of the run before it); prints what the
+    API answered and what is left, as JSON."""
+    connection.ensure_connection()
+    runs = connection.connection.getlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER) + 1
+    endpoint = Endpoint.objects.create(
+        job=Job.objects.create(tenant=Tenant.objects.create(name="acme"), name="ops"),
+        name="every second",
+        url="http://127.0.0.1:9/",
+        baseline_interval_ms=1_000,
+    )
+    with connection.cursor() as cursor:  # SQL: a quarter of a million model objects is slow
+        cursor.execute(
+            """
+            WITH RECURSIVE g(n) AS (SELECT 0 UNION ALL SELECT n + 1 FROM g WHERE n + 1 < %s)
+            INSERT INTO endpoints_run (endpoint_id, trigger, source, scheduled_for, started_at,
+                status, request_method, request_url, response_truncated, error, attempt)
+            SELECT %s, 'scheduled', '', t, t, 'failure', 'GET', '', 0, '', 1
+            FROM (SELECT strftime('%%Y-%%m-%%d %%H:%%M:%%S', 'now', -n || ' seconds') AS t FROM g)
+            """,
+            [runs, endpoint.pk],
+        )
+        cursor.execute(
+            "UPDATE endpoints_run SET trigger = 'retry', attempt = 2, retry_of_id = id - 1"
+            " WHERE id %% %s = 0",
+            [100],
+        )
+    status = DELETES["api-endpoint"](endpoint)
+    print(json.dumps({"status": status, "runs": Run.objects.count()}))
