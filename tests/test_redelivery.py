@@ -416,3 +416,35 @@ def test_a_claim_is_not_started_again_once_its_lease_would_have_ended(settings):
     finally:
         dispatcher.shutdown(timeout=5)
     assert 2 <= attempts[-1] - attempts[0] < 4
+
+
+def test_a_slot_whose_runs_keep_being_lost_is_given_up_after_its_most_attempts(
+    make_endpoint, target
+):
+    """Each lost run retries its slot with the next attempt number. A target that kills
+    its workers would be called every lease forever, its slot never ending, and past
+    32 767 attempts (a smallint) the retry could not be recorded at all: the slot was
+    claimed and released every tick and never ran again. The attempt after the most a
+    slot has fails in words without a call, and the next slot is planned."""
+    endpoint = make_endpoint(url=target.url("/"))
+    [first] = due_claims(endpoint)
+    [started] = start_claims([first])  # then its worker dies, as every one before it did
+    assert started is not None
+    Run.objects.filter(pk=started.run.pk).update(attempt=running.MAX_SLOT_ATTEMPTS)
+    slot = Slot.objects.get(pk=endpoint.pk)
+
+    [again] = claim_due_endpoints(now=slot.locked_until, limit=10, horizon_ms=0)
+    given_up = execute_claim(again)
+
+    assert given_up is not None
+    given_up.refresh_from_db()
+    assert (given_up.attempt, given_up.status) == (
+        running.MAX_SLOT_ATTEMPTS + 1,
+        RunStatus.FAILURE,
+    )
+    assert given_up.error.startswith("Given up: this slot had 20 attempts")
+    assert target.hits() == []  # not called again
+    endpoint.refresh_from_db()
+    assert endpoint.failure_count == 1
+    assert endpoint.next_run_at > slot.next_run_at  # the next slot, not this one again
+    assert endpoint.next_run_source != Source.RETRY

@@ -81,6 +81,15 @@ RENEW_CHUNK = 500
 # After a scheduler error (not an endpoint failure) the endpoint is tried again this late.
 ERROR_RETRY = timedelta(minutes=1)
 
+# A slot's attempts, retries of lost runs included, end here: the claim that would start
+# the next one records it failed without calling the endpoint, and the next slot is
+# planned. A run is lost when its worker dies or stalls, and each loss retries the slot,
+# so a target that kills its workers was otherwise called again every lease forever, the
+# slot never ending (and past 32 767 attempts, ``Run.attempt``'s smallint, the retry could
+# not even be recorded: the slot was claimed and released every tick, never run again).
+# Twice the run policy's most attempts: each of those may be lost once.
+MAX_SLOT_ATTEMPTS = 2 * policies.MAX_ATTEMPTS
+
 
 @dataclass
 class Started:
@@ -94,7 +103,7 @@ class Started:
     def call(self, *, policy: NetworkPolicy | None = None) -> Future[HttpResult]:
         """Start the request on the HTTP event loop at ``started`` (at once if that has
         passed); the future resolves with its result."""
-        if (skipped := self._skipped()) is not None:
+        if (skipped := self._given_up() or self._skipped()) is not None:
             done: Future[HttpResult] = Future()
             done.set_result(skipped)
             return done
@@ -114,7 +123,7 @@ class Started:
             )
 
     def call_and_wait(self, *, policy: NetworkPolicy | None = None) -> HttpResult:
-        if (skipped := self._skipped()) is not None:
+        if (skipped := self._given_up() or self._skipped()) is not None:
             return skipped
         with self._log_context():
             return perform_request(self._request(), policy=policy)
@@ -129,6 +138,27 @@ class Started:
             started = max(started, datetime.fromtimestamp(result.sent_at, tz=UTC))
             self.run.started_at = started
         return Outcome(self.endpoint, self.claim, self.run, started, timezone.now(), result, kind)
+
+    def _given_up(self) -> HttpResult | None:
+        """A slot past ``MAX_SLOT_ATTEMPTS`` (its runs lost again and again) is not called:
+        this attempt fails in words, and the next slot is planned."""
+        if self.run.attempt <= MAX_SLOT_ATTEMPTS:
+            return None
+        return HttpResult(
+            status="failure",
+            status_code=None,
+            body=None,
+            truncated=False,
+            size_bytes=0,
+            duration_ms=0,
+            error=(
+                f"Given up: this slot had {self.run.attempt - 1} attempts, the last ones lost "
+                "(their worker died or stalled before recording them, so their leases "
+                f"expired); a slot has at most {MAX_SLOT_ATTEMPTS}. Not called again: the "
+                "next slot is planned. The workers' logs say what stopped them."
+            ),
+            final_url="",
+        )
 
     def _skipped(self) -> HttpResult | None:
         """A scheduled slot found later than the catch-up window (and than a tick) is not
