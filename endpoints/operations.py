@@ -18,7 +18,7 @@ from typing import Any, cast
 from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.db import transaction
-from django.db.models import CASCADE, Model, Q, QuerySet
+from django.db.models import CASCADE, SET_NULL, Model, Q, QuerySet
 from django.db.models.deletion import get_candidate_relations_to_delete
 from django.db.models.fields.reverse_related import ForeignObjectRel
 from django.utils import timezone
@@ -540,28 +540,42 @@ def delete_for_good(objects: QuerySet[Any]) -> int:
     cycle write nothing in between. On PostgreSQL a row written meanwhile goes through
     its key's cascade (docs/DESIGN.md, "Retention").
 
-    The runs go first, set-based (``_delete_runs_of``): Django would read every run's
-    id into memory (``retry_of`` is SET_NULL) and delete them 100 at a time."""
+    The endpoints' history goes first, set-based (``_delete_history_of``): Django would
+    read every run's id into memory (``retry_of`` is SET_NULL) and delete them 100 at a
+    time, and on SQLite its unlink of their retries fails past the limit of variables."""
     with transaction.atomic():
-        _delete_runs_of(objects)
+        _delete_history_of(objects)
         return objects.delete()[1].get(objects.model._meta.label, 0)
 
 
-def _delete_runs_of(objects: QuerySet[Any]) -> None:
-    """Delete the runs of the endpoints ``objects`` cascade to in two statements, however
-    many there are (a month of a run a second is 2.6 million): the retries other
-    endpoints' runs made of them unlinked (what Django's SET_NULL does), then the runs by
-    their endpoint ids, so nothing of theirs is read into Python."""
+def _delete_history_of(objects: QuerySet[Any]) -> None:
+    """Delete the rows keyed to the endpoints ``objects`` cascade to (runs, analysis
+    sessions, hints…) by their endpoint ids, a few statements per kind however many rows
+    there are (a month of a run a second is 2.6 million runs): first what names them is
+    unlinked, as Django's SET_NULL would, then they go, nothing of theirs read into
+    Python. A kind that other rows depend on otherwise (an alert, which deliveries name)
+    is left to Django's delete after it."""
     paths: dict[type[Model], list[str]] = {objects.model: ["pk"]}
     _follow_cascades(objects.model, "", (objects.model,), paths)
     if Endpoint not in paths:
-        return  # a channel: no runs
+        return  # a channel: no endpoints
     endpoints = Endpoint._base_manager.filter(_reached(paths[Endpoint], objects)).values("pk")
-    runs = Run._base_manager.filter(endpoint_id__in=endpoints)
-    Run._base_manager.filter(retry_of_id__in=runs.values("pk")).exclude(
-        endpoint_id__in=endpoints
-    ).update(retry_of=None)
-    runs._raw_delete(runs.db)
+    for found in get_candidate_relations_to_delete(Endpoint._meta):
+        relation = cast(ForeignObjectRel, found)
+        model, key = relation.field.model, relation.field.name
+        naming = [cast(ForeignObjectRel, r) for r in get_candidate_relations_to_delete(model._meta)]
+        if relation.on_delete is not CASCADE or any(r.on_delete is not SET_NULL for r in naming):
+            continue
+        doomed = model._base_manager.filter(**{f"{key}__in": endpoints})
+        for link in naming:
+            names = link.field.model._base_manager.filter(
+                **{f"{link.field.name}__in": doomed.values("pk")}
+            )
+            if link.field.model is model:  # a retry that goes too needs no unlinking
+                names = names.exclude(**{f"{key}__in": endpoints})
+            names.update(**{link.field.name: None})
+        # What Django's collector runs for the rows it may delete without reading them.
+        doomed._raw_delete(doomed.db)
 
 
 def count_deleted(objects: QuerySet[Any]) -> dict[type[Model], int]:

@@ -211,8 +211,17 @@ def test_the_delete_page_of_an_endpoint_with_many_runs_counts_them_without_listi
     assert not Run.objects.filter(endpoint_id=endpoint.pk).exists()
 
 
-def _add_runs(endpoint: Endpoint, count: int) -> list[Run]:
+def _add_history(endpoint: Endpoint, count: int) -> tuple[list[Run], list[AnalysisSession]]:
+    """``count`` runs (one retried) and a tenth as many analysis sessions, each with a hint."""
     started = timezone.now() - timedelta(days=3)
+    sessions = AnalysisSession.objects.bulk_create(
+        AnalysisSession(endpoint=endpoint, backend="rules", started_at=started)
+        for _ in range(max(count // 10, 1))
+    )
+    HintHistory.objects.bulk_create(
+        HintHistory(endpoint=endpoint, kind="clear", created_at=started, session=session)
+        for session in sessions
+    )
     runs = Run.objects.bulk_create(
         Run(
             endpoint=endpoint,
@@ -229,31 +238,38 @@ def _add_runs(endpoint: Endpoint, count: int) -> list[Run]:
         endpoint=endpoint, trigger="retry", source="retry", scheduled_for=first.scheduled_for,
         started_at=first.started_at + timedelta(seconds=1), attempt=2, retry_of=first,
     )  # fmt: skip
-    return runs
+    return runs, sessions
 
 
 def test_deleting_an_endpoint_takes_as_many_statements_for_many_runs_as_for_few(
     world: World,
 ) -> None:
-    """The runs go set-based (one month of a run a second is 2.6 million): Django's own
-    delete reads each run's id and deletes them 100 at a time."""
+    """The history goes set-based (one month of a run a second is 2.6 million runs):
+    Django's own delete reads each run's and session's id and deletes them 100 at a time."""
     few, many = world.a.endpoint, world.b.endpoint
-    _add_runs(few, 3)
-    many_runs = _add_runs(many, 1_000)
-    # A run of another endpoint naming a run that goes keeps its row, unlinked (SET_NULL).
+    _add_history(few, 3)
+    many_runs, many_sessions = _add_history(many, 1_000)
+    # Rows of another endpoint naming rows that go keep theirs, unlinked (SET_NULL).
+    other = Endpoint.objects.create(
+        job=world.b.job, name="other", url="http://127.0.0.1:9/", baseline_interval_ms=60_000
+    )
     survivor = Run.objects.create(
-        endpoint=Endpoint.objects.create(
-            job=world.b.job, name="other", url="http://127.0.0.1:9/", baseline_interval_ms=60_000
-        ),
-        scheduled_for=timezone.now(), started_at=timezone.now(), retry_of=many_runs[5],
+        endpoint=other, scheduled_for=timezone.now(), started_at=timezone.now(),
+        retry_of=many_runs[5],
     )  # fmt: skip
+    hint = HintHistory.objects.create(
+        endpoint=other, kind="clear", created_at=timezone.now(), session=many_sessions[5]
+    )
     statements = []
     for endpoint in (few, many):
         with CaptureQueriesContext(connection) as queries:
             assert operations.delete_for_good(Endpoint.objects.filter(pk=endpoint.pk)) == 1
         statements.append(len(queries))
         assert not Run.objects.filter(endpoint_id=endpoint.pk).exists()
+        assert not AnalysisSession.objects.filter(endpoint_id=endpoint.pk).exists()
+        assert not HintHistory.objects.filter(endpoint_id=endpoint.pk).exists()
 
     assert statements[0] == statements[1], statements
     survivor.refresh_from_db()
-    assert survivor.retry_of_id is None
+    hint.refresh_from_db()
+    assert (survivor.retry_of_id, hint.session_id) == (None, None)
