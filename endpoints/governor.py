@@ -228,19 +228,39 @@ def plan_after_edit(
     included), or ``now`` if that moment has passed, so an edit never postpones a due
     run (trap 18). Without a past run it plans from ``now``. Hints count if they are
     fresh now; a pause in force now wins."""
+    return decide_after_edit(now, last_run_at, schedule).plan
+
+
+def decide_after_edit(
+    now: datetime, last_run_at: datetime | None, schedule: EndpointSchedule
+) -> Decision:
+    """``plan_after_edit`` with its trail: what the scheduler holds between two runs, so
+    the explanation (API, MCP, admin, ``explain``) says what the scheduler will do rather
+    than plan as if a run started now."""
     schedule = missed_one_off(now, last_run_at, schedule)
     if last_run_at is None or last_run_at >= now:
-        return plan_next_run(now, schedule)
+        return decide(now, schedule)
     if not schedule.hints_fresh(now):
         schedule = replace(
             schedule, ai_hint_interval_ms=None, ai_hint_next_run_at=None, ai_hint_expires_at=None
         )
-    plan = plan_next_run(last_run_at, replace(schedule, paused_until=None))
-    if plan.next_run_at is None:
-        return plan
+    decision = decide(last_run_at, replace(schedule, paused_until=None))
+    at = decision.plan.next_run_at
+    if at is None:
+        return replace(decision, now=now)
     if schedule.paused_until is not None and schedule.paused_until > now:
-        return plan_next_run(now, schedule)  # the pause, within the windows' limits
-    return Plan(max(plan.next_run_at, now), plan.source)
+        return decide(now, schedule)  # the pause, within the windows' limits
+    baseline = decision.baseline
+    steps = [
+        f"baseline: {_when(baseline.at, now)} ({baseline.source}), start to start from "
+        f"the last run's start, {_stamp(last_run_at)}",
+        *decision.steps[1:],
+    ]
+    if at < now:
+        steps.append(f"that time, {_stamp(at)}, has passed: run now")
+    return replace(
+        decision, now=now, plan=Plan(max(at, now), decision.plan.source), steps=tuple(steps)
+    )
 
 
 def missed_one_off(
@@ -599,9 +619,13 @@ SOURCE_WORDS = {
 }
 
 
-def explain_plan(now: datetime, schedule: EndpointSchedule) -> str:
-    """One paragraph a person can read: when the next run is and why."""
-    decision = decide(now, schedule)
+def explain_plan(
+    now: datetime, schedule: EndpointSchedule, *, last_run_at: datetime | None = None
+) -> str:
+    """One paragraph a person can read: when the next run is and why, start to start
+    from the last run's start (``last_run_at``) as the scheduler has it
+    (``decide_after_edit``), not as if a run started now."""
+    decision = decide_after_edit(now, last_run_at, schedule)
     plan = decision.plan
     base = describe_schedule(
         baseline_cron=schedule.baseline_cron,

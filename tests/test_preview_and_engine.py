@@ -231,3 +231,31 @@ def test_a_job_policy_edit_while_a_run_is_in_flight_holds_after_the_run(
 
     endpoint.refresh_from_db()
     assert (endpoint.next_run_at, endpoint.next_run_source) == (None, "ended")
+
+
+def test_the_explanation_between_runs_names_the_run_the_engine_makes(
+    make_endpoint, target, tenant, admin_client, time_machine
+):
+    """An hourly endpoint ran at 12:00; at 12:10 the API's (and so MCP's) explanation,
+    ``explain`` and the admin page say the next run is at 13:00, in 50 minutes, where the
+    engine has it and then runs it, not at 13:10, an hour from now."""
+    time_machine.move_to(START, tick=False)
+    endpoint = make_endpoint(url=target.url("/"), baseline_interval_ms=3_600_000, next_run_at=START)
+    run_on_time(time_machine, endpoint)
+    time_machine.move_to(START + 10 * timedelta(minutes=1), tick=False)
+
+    answer = Client().get(
+        f"/api/v1/endpoints/{endpoint.pk}", headers={"Authorization": f"Bearer {make_key(tenant)}"}
+    )
+    assert answer.status_code == 200, answer.content
+    out = io.StringIO()
+    call_command("explain", str(endpoint.pk), "--json", stdout=out)
+    explained = json.loads(out.getvalue())
+    page = admin_client.get(reverse("admin:endpoints_endpoint_change", args=[endpoint.pk]))
+
+    assert endpoint.next_run_at == START + HOUR
+    said = "Next run in 50 minutes at 2026-11-22 13:00:00 UTC, set by the baseline interval."
+    assert answer.json()["explanation"].startswith(said)
+    assert said in page.content.decode()
+    assert datetime.fromisoformat(explained["next_run_at"]) == endpoint.next_run_at
+    assert run_on_time(time_machine, endpoint) == START + 2 * HOUR

@@ -101,7 +101,9 @@ def create_endpoint(principal: Principal, payload: EndpointIn) -> Endpoint:
 def get_endpoint(principal: Principal, endpoint_id: int) -> Endpoint:
     """Get an endpoint with its next run, why (source) and the governor's explanation."""
     endpoint = scoped_endpoint(principal, endpoint_id)
-    explanation = explain_plan(timezone.now(), EndpointSchedule.from_endpoint(endpoint))
+    explanation = explain_plan(
+        timezone.now(), EndpointSchedule.from_endpoint(endpoint), last_run_at=endpoint.last_run_at
+    )
     endpoint.explanation = explanation  # type: ignore[attr-defined]  # for EndpointDetail
     return endpoint
 

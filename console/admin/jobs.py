@@ -425,7 +425,9 @@ class EndpointAdmin(DeletesForGood, TenantScopedAdmin):
         stored = next_run_words(obj, now)
         if obj.archived_at:
             return format_html("<strong>{}</strong>", stored)
-        explanation = explain_plan(now, EndpointSchedule.from_endpoint(obj))
+        explanation = explain_plan(
+            now, EndpointSchedule.from_endpoint(obj), last_run_at=obj.last_run_at
+        )
         return format_html(
             "<strong>{}</strong><br><span class='cc-muted'>Planned now, the governor says: {}"
             "</span>",

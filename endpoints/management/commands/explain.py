@@ -16,6 +16,7 @@ from endpoints.governor import (
     EndpointSchedule,
     Upcoming,
     decide,
+    decide_after_edit,
     preview_runs,
 )
 from endpoints.management.commands._shared import (
@@ -34,7 +35,7 @@ class Command(BaseCommand):
         "Explain when an endpoint runs next and why: the baseline and every fresh hint as "
         "candidates, which one won and the rule that picked it, clamps to the min/max "
         "interval, and a pause. The endpoint's current state is planned as of now (or "
-        "--at), exactly as the scheduler would plan it."
+        "--at), start to start from its last run, as the scheduler has it."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
@@ -62,7 +63,7 @@ class Command(BaseCommand):
             raise CommandError(f"--next takes 1..{MAX_PREVIEW} runs; got {count}.")
         try:
             schedule = EndpointSchedule.from_endpoint(endpoint)
-            decision = decide(now, schedule)
+            decision = decide_after_edit(now, endpoint.last_run_at, schedule)
             upcoming = preview_runs(now, schedule, count, last_run_at=endpoint.last_run_at)
             planned = preview(endpoint, upcoming)
         except ValueError as exc:
