@@ -664,17 +664,18 @@ def preview_runs(
 ) -> list[Upcoming]:
     """The next ``count`` run times as planned now: the first where the engine has it,
     start-to-start from the last run's start (``last_run_at``; a backoff in force
-    included), or now if that has passed, as a save plans it (``plan_after_edit``); then
-    each run assumed to start on time and succeed (no backoff); hints and a pause as they
+    included; a pending retry, ``retry_at``, when it comes first), or now if that has
+    passed, as a save plans it (``plan_after_edit``); then each run assumed to start on
+    time and succeed (no backoff, no retry); hints and a pause as they
     are. Cron slots follow the endpoint's zone across DST (``next_cron_after``); a
     one-shot hint is used once. Fewer when the runs end (the active period, a one-off):
     ``decide`` at the last one says why."""
     plans: list[Upcoming] = []
-    at, current = now, replace(schedule, retry_at=None)
+    at, current = now, schedule
     for index in range(max(count, 0)):
         if index == 0:
             planned = plan_after_edit(now, last_run_at, current)
-            current = replace(current, failure_count=0)
+            current = replace(current, failure_count=0, retry_at=None)
         else:
             planned = plan_next_run(at, current)
         if planned.next_run_at is None:

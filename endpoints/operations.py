@@ -137,12 +137,7 @@ def _plan_keeping_retry(endpoint: Endpoint, planner: Callable[[EndpointSchedule]
     attempt = endpoint.retry_attempt
     if attempt < 2 or endpoint.claim_token is not None:
         return planner(schedule)
-    if (
-        endpoint.next_run_source == Source.RETRY
-        and endpoint.next_run_at is not None
-        and attempt <= run_policy_of(endpoint).retry_attempts
-    ):
-        retry = replace(schedule, retry_at=endpoint.next_run_at, retry_attempt=attempt - 1)
+    if (retry := held_schedule(endpoint)).retry_at is not None:
         plan = planner(retry)
         if plan.source == Source.RETRY:
             return plan
@@ -153,6 +148,24 @@ def _plan_keeping_retry(endpoint: Endpoint, planner: Callable[[EndpointSchedule]
         return planner(schedule)  # a run ended the slot's retries meanwhile
     endpoint.failure_count, endpoint.retry_attempt, endpoint.retry_of_run = failures, 0, None
     return planner(replace(schedule, failure_count=failures))
+
+
+def held_schedule(endpoint: Endpoint) -> EndpointSchedule:
+    """The endpoint's schedule as the scheduler holds it: with the retry the engine
+    planned for the last slot while it is pending (not in flight, and still allowed by
+    the run policy), as ``retry_at``. What the interfaces say about the next run (the
+    explanation, the preview) plans from this, as every plan made outside a run does."""
+    schedule = EndpointSchedule.from_endpoint(endpoint)
+    attempt = endpoint.retry_attempt
+    if (
+        attempt < 2
+        or endpoint.claim_token is not None
+        or endpoint.next_run_source != Source.RETRY
+        or endpoint.next_run_at is None
+        or attempt > run_policy_of(endpoint).retry_attempts
+    ):
+        return schedule
+    return replace(schedule, retry_at=endpoint.next_run_at, retry_attempt=attempt - 1)
 
 
 def _store_plan(endpoint: Endpoint, plan: Plan) -> None:

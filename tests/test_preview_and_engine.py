@@ -259,3 +259,41 @@ def test_the_explanation_between_runs_names_the_run_the_engine_makes(
     assert said in page.content.decode()
     assert datetime.fromisoformat(explained["next_run_at"]) == endpoint.next_run_at
     assert run_on_time(time_machine, endpoint) == START + 2 * HOUR
+
+
+def test_with_a_retry_pending_the_preview_and_explanation_name_the_retry_the_engine_runs(
+    make_endpoint, target, tenant, time_machine
+):
+    """A daily endpoint's 12:00 slot failed (503); its retry is due at 12:01. At 12:00:30
+    the preview (API, ``explain --next``) and the explanation list the retry first, then
+    the runs the engine records after it, not the next day's run as if nothing failed."""
+    time_machine.move_to(START, tick=False)
+    target.reply("/flaky", status=503, action=lambda: target.reply("/flaky", status=200))
+    endpoint = make_endpoint(
+        url=target.url("/flaky"),
+        baseline_interval_ms=86_400_000,
+        run_policy={"retry_attempts": 3, "retry_delay_ms": 60_000},
+        next_run_at=START,
+    )
+    run_on_time_as_run(time_machine, endpoint)
+    assert (endpoint.next_run_at, endpoint.next_run_source) == (
+        START + timedelta(minutes=1),
+        "retry",
+    )
+    time_machine.move_to(START + timedelta(seconds=30), tick=False)
+
+    previewed = api_preview(endpoint, tenant, 2)
+    explained = explain_preview(endpoint, 2)
+    answer = Client().get(
+        f"/api/v1/endpoints/{endpoint.pk}", headers={"Authorization": f"Bearer {make_key(tenant)}"}
+    )
+    assert answer.status_code == 200, answer.content
+    retry = run_on_time_as_run(time_machine, endpoint)
+    recorded = [retry.scheduled_for, endpoint.next_run_at]
+
+    assert (retry.status, retry.attempt) == ("success", 2)
+    assert previewed == recorded
+    assert explained == recorded
+    assert answer.json()["explanation"].startswith(
+        "Next run in 30 seconds at 2026-11-22 12:01:00 UTC, set by a retry within the slot."
+    )

@@ -35,7 +35,7 @@ from api.schemas import (
 )
 from endpoints import operations
 from endpoints.choices import DEFAULT_HINT_TTL_MS
-from endpoints.governor import EndpointSchedule, explain_plan, preview_runs
+from endpoints.governor import explain_plan, preview_runs
 from endpoints.models import Endpoint, EndpointStatus, HintKind, Run
 from endpoints.validation import duration_from_ms
 
@@ -102,7 +102,7 @@ def get_endpoint(principal: Principal, endpoint_id: int) -> Endpoint:
     """Get an endpoint with its next run, why (source) and the governor's explanation."""
     endpoint = scoped_endpoint(principal, endpoint_id)
     explanation = explain_plan(
-        timezone.now(), EndpointSchedule.from_endpoint(endpoint), last_run_at=endpoint.last_run_at
+        timezone.now(), operations.held_schedule(endpoint), last_run_at=endpoint.last_run_at
     )
     endpoint.explanation = explanation  # type: ignore[attr-defined]  # for EndpointDetail
     return endpoint
@@ -124,7 +124,7 @@ def preview_endpoint_runs(principal: Principal, endpoint_id: int, count: int = 1
     zone = ZoneInfo(endpoint.timezone or "UTC")
     plans = preview_runs(
         timezone.now(),
-        EndpointSchedule.from_endpoint(endpoint),
+        operations.held_schedule(endpoint),
         count,
         last_run_at=endpoint.last_run_at,
     )

@@ -17,7 +17,8 @@ from django.utils import timezone
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 
-from endpoints.governor import ENDED, SOURCE_WORDS, EndpointSchedule, preview_runs
+from endpoints import operations
+from endpoints.governor import ENDED, SOURCE_WORDS, preview_runs
 from endpoints.models import Endpoint
 from endpoints.schedules import describe_delta, format_interval
 
@@ -143,7 +144,7 @@ def next_runs(model_admin: Any, obj: Endpoint) -> SafeString | str:
     try:
         plans = preview_runs(
             timezone.now(),
-            EndpointSchedule.from_endpoint(obj),
+            operations.held_schedule(obj),
             PREVIEW_RUNS,
             last_run_at=obj.last_run_at,
         )

@@ -56,7 +56,7 @@ from console.charts import (
     duration_chart,
 )
 from endpoints import operations
-from endpoints.governor import EndpointSchedule, explain_plan
+from endpoints.governor import explain_plan
 from endpoints.models import Endpoint, HintHistory, HintKind, Job, Run, RunStatus, Tenant
 from endpoints.schedules import describe_schedule, format_interval
 from endpoints.secrets import USERINFO_REGEX
@@ -425,9 +425,7 @@ class EndpointAdmin(DeletesForGood, TenantScopedAdmin):
         stored = next_run_words(obj, now)
         if obj.archived_at:
             return format_html("<strong>{}</strong>", stored)
-        explanation = explain_plan(
-            now, EndpointSchedule.from_endpoint(obj), last_run_at=obj.last_run_at
-        )
+        explanation = explain_plan(now, operations.held_schedule(obj), last_run_at=obj.last_run_at)
         return format_html(
             "<strong>{}</strong><br><span class='cc-muted'>Planned now, the governor says: {}"
             "</span>",

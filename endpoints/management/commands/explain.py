@@ -10,6 +10,7 @@ from zoneinfo import ZoneInfo
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.utils import timezone
 
+from endpoints import operations
 from endpoints.governor import (
     SOURCE_WORDS,
     Decision,
@@ -62,7 +63,7 @@ class Command(BaseCommand):
         if not 0 <= count <= MAX_PREVIEW:
             raise CommandError(f"--next takes 1..{MAX_PREVIEW} runs; got {count}.")
         try:
-            schedule = EndpointSchedule.from_endpoint(endpoint)
+            schedule = operations.held_schedule(endpoint)
             decision = decide_after_edit(now, endpoint.last_run_at, schedule)
             upcoming = preview_runs(now, schedule, count, last_run_at=endpoint.last_run_at)
             planned = preview(endpoint, upcoming)
