@@ -53,7 +53,8 @@ share a concurrency limit together. Each endpoint has a baseline (a cron express
 an interval in milliseconds) and optional bounds (min/max interval). Hints change the \
 baseline for a while: set_hint with interval_ms runs it at a new cadence, with \
 next_run_in_ms or next_run_at runs it once; a hint lasts ttl_ms (default 60 minutes for \
-an interval, 30 for a one-shot) and both kinds share one expiry. The governor picks the \
+an interval, 30 for a one-shot; a one-shot must come before it expires) and both \
+kinds share one expiry. The governor picks the \
 next run from the baseline, hints, pause, failure backoff and bounds; get_endpoint \
 explains its choice. Every run is recorded (list_endpoint_runs, get_run). Durations are \
 milliseconds, times ISO 8601 UTC. Find ids with list_jobs and list_endpoints. Archive \

@@ -480,7 +480,8 @@ class HintIn(Input):
         description="How long the hint lasts, in ms. Default: "
         f"{DEFAULT_HINT_TTL_MS[HintKind.INTERVAL]} (an hour) for an interval, "
         f"{DEFAULT_HINT_TTL_MS[HintKind.ONESHOT]} (30 minutes) for a one-shot. Both kinds share "
-        "one expiry: a one-shot resets an active interval hint's expiry too.",
+        "one expiry: a one-shot resets an active interval hint's expiry too. A one-shot must "
+        "come before its hint expires (an expired hint never runs), or it is refused.",
     )
     reason: str = Field("", max_length=MAX_REASON_CHARS, description="Why; shown with the hint.")
 

@@ -219,6 +219,15 @@ def hint_problem(
         return f"A hint holds at most a year ({MAX_DURATION_MS} ms); got {ttl}."
     if next_run_at is not None and next_run_at - now > timedelta(milliseconds=MAX_DURATION_MS):
         return "A one-shot run may be at most a year ahead; pick an earlier time."
+    if next_run_at is not None and next_run_at >= now + ttl:
+        # The governor ignores a hint once it expires (strictly before its end), so a
+        # one-shot at or after its expiry would be lost at the next plan.
+        minutes = int((next_run_at - now).total_seconds() // 60) + 1
+        return (
+            f"The one-shot at {next_run_at:%Y-%m-%d %H:%M:%S} UTC would come after its hint "
+            f"expires ({now + ttl:%Y-%m-%d %H:%M:%S} UTC), and an expired hint never runs: "
+            f"give a time to live of at least {minutes} minutes, or an earlier time."
+        )
     return ""
 
 

@@ -395,12 +395,6 @@ class EndpointTools:
                 f"propose_next_time: {args['nextRunAtIso']} is in the past "
                 f"(now is {self.now.isoformat()}); give a future time."
             )
-        if at >= self.now + ttl:
-            minutes = int((at - self.now).total_seconds() // 60) + 1
-            raise ToolError(
-                "propose_next_time: the hint would expire before that time; "
-                f"raise ttlMinutes to at least {minutes} (at most {MAX_TTL_MINUTES})."
-            )
         operations.apply_hint(
             self.endpoint,
             now=self.now,

@@ -263,7 +263,7 @@ def test_a_one_shot_that_would_expire_before_it_fires_is_refused(
 
     result = tools_for(endpoint).call("propose_next_time", {"nextRunAtIso": at, "ttlMinutes": 30})
 
-    assert "raise ttlMinutes to at least 121" in result["error"]
+    assert "a time to live of at least 121 minutes" in result["error"]
     assert not HintHistory.objects.exists()
 
 
