@@ -27,7 +27,13 @@ from endpoints import validation
 from endpoints.engine import metrics
 from endpoints.engine.executor import perform_request
 from endpoints.engine.logs import log_event
-from endpoints.engine.outcomes import NO_HINT, RESULT_STATUS, run_policy_of
+from endpoints.engine.outcomes import (
+    NO_HINT,
+    RESULT_STATUS,
+    failed_slots_reason,
+    pause_by_breaker,
+    run_policy_of,
+)
 from endpoints.engine.running import judged, request_for
 from endpoints.governor import (
     EndpointSchedule,
@@ -64,6 +70,7 @@ def recompute_next_run(endpoint: Endpoint, *, now: datetime) -> Plan:
     plan = _plan_keeping_retry(
         endpoint,
         lambda schedule: plan_next_run(now, missed_one_off(now, endpoint.last_run_at, schedule)),
+        now=now,
     )
     _store_plan(endpoint, plan)
     return plan
@@ -113,7 +120,7 @@ def replan_after_edit(endpoint: Endpoint, *, now: datetime) -> Plan:
     that has passed (``governor.plan_after_edit``). Every interface that saves such an
     edit calls this after ``Endpoint.save``."""
     plan = _plan_keeping_retry(
-        endpoint, lambda schedule: plan_after_edit(now, endpoint.last_run_at, schedule)
+        endpoint, lambda schedule: plan_after_edit(now, endpoint.last_run_at, schedule), now=now
     )
     _store_plan(endpoint, plan)
     return plan
@@ -126,13 +133,16 @@ def replan_job(job: Job, *, now: datetime) -> None:
         replan_after_edit(endpoint, now=now)
 
 
-def _plan_keeping_retry(endpoint: Endpoint, planner: Callable[[EndpointSchedule], Plan]) -> Plan:
+def _plan_keeping_retry(
+    endpoint: Endpoint, planner: Callable[[EndpointSchedule], Plan], *, now: datetime
+) -> Plan:
     """Plan outside a run (an edit, a hint, a pause or resume) with the retry the engine
     planned for the last slot, weighed again as at the run's end: it stays if it still
     comes first and the run policy as it is now still allows the attempt, so nothing
     drops or postpones it (trap 18). If it goes, the slot's retries end there as a
-    run's end would end them: the slot counts as failed once, and the next run starts a
-    new slot (attempt 1). A retry in flight is left to its own outcome."""
+    run's end would end them: the slot counts as failed once, the breaker opens if that
+    count reaches its threshold, and the next run starts a new slot (attempt 1). A retry
+    in flight is left to its own outcome."""
     schedule = EndpointSchedule.from_endpoint(endpoint)
     attempt = endpoint.retry_attempt
     if attempt < 2 or endpoint.claim_token is not None:
@@ -147,7 +157,24 @@ def _plan_keeping_retry(endpoint: Endpoint, planner: Callable[[EndpointSchedule]
     ):
         return planner(schedule)  # a run ended the slot's retries meanwhile
     endpoint.failure_count, endpoint.retry_attempt, endpoint.retry_of_run = failures, 0, None
-    return planner(replace(schedule, failure_count=failures))
+    _open_breaker_at(endpoint, failures, now=now)
+    return planner(replace(schedule, failure_count=failures, paused_until=endpoint.paused_until))
+
+
+def _open_breaker_at(endpoint: Endpoint, failures: int, *, now: datetime) -> None:
+    """The breaker, when the slot whose retries a plan ended brings the failed slots to
+    its threshold, as at a run's end (``outcomes.failed_slots_reason``)."""
+    policy = run_policy_of(endpoint)
+    last = (
+        Run.objects.filter(endpoint_id=endpoint.pk)
+        .order_by("-started_at")
+        .values_list("error", "status")
+        .first()
+    )
+    reason = failed_slots_reason(policy, failures, (last[0] or last[1]) if last else "failure")
+    if reason and (text := pause_by_breaker(endpoint.pk, policy, now=now, reason=reason)):
+        endpoint.refresh_from_db(fields=["paused_until", "pause_reason"])
+        log_event(logging.WARNING, text, endpoint_id=endpoint.pk)
 
 
 def held_schedule(endpoint: Endpoint) -> EndpointSchedule:
@@ -180,7 +207,7 @@ def _nudge_earlier(endpoint: Endpoint, now: datetime) -> Plan:
     the new cadence takes over from that run on. A pending retry was weighed by the
     governor with the rest (``_plan_keeping_retry``): its plan stands."""
     retrying = endpoint.next_run_source == Source.RETRY and endpoint.claim_token is None
-    plan = _plan_keeping_retry(endpoint, lambda schedule: plan_next_run(now, schedule))
+    plan = _plan_keeping_retry(endpoint, lambda schedule: plan_next_run(now, schedule), now=now)
     current = endpoint.next_run_at
     if (
         not retrying

@@ -17,7 +17,7 @@ from django.urls import reverse
 
 from endpoints.engine.claiming import claim_due_endpoints
 from endpoints.engine.running import execute_claim, record_outcomes, start_claims
-from endpoints.models import Endpoint, Run, Tenant
+from endpoints.models import Endpoint, HintHistory, Run, Tenant
 from tests.api_world import make_key
 from tests.test_admin_run_preview import form_values
 
@@ -297,3 +297,45 @@ def test_with_a_retry_pending_the_preview_and_explanation_name_the_retry_the_eng
     assert answer.json()["explanation"].startswith(
         "Next run in 30 seconds at 2026-11-22 12:01:00 UTC, set by a retry within the slot."
     )
+
+
+def test_a_policy_edit_that_ends_the_retries_opens_the_breaker_the_count_reaches(
+    make_endpoint, target, tenant, time_machine
+):
+    """A daily endpoint whose breaker opens after one failed slot: its 12:00 slot failed
+    (503) with a retry pending. The policy edited at 12:00:30 to one attempt per slot
+    ends the slot's retries, which counts it failed: the breaker opens then (a pause with
+    its reason, a probe after the cool-down), as at a run's end, not after another
+    failing call tomorrow."""
+    time_machine.move_to(START, tick=False)
+    target.reply("/down", status=503)
+    breaker = {"breaker_failed_slots": 1, "breaker_cooldown_ms": 600_000}
+    endpoint = make_endpoint(
+        url=target.url("/down"),
+        baseline_interval_ms=86_400_000,
+        run_policy={"retry_attempts": 3, "retry_delay_ms": 60_000, **breaker},
+        next_run_at=START,
+    )
+    run_on_time_as_run(time_machine, endpoint)
+    assert (endpoint.next_run_source, endpoint.paused_until) == ("retry", None)
+
+    edited_at = START + timedelta(seconds=30)
+    time_machine.move_to(edited_at, tick=False)
+    edited = Client().patch(
+        f"/api/v1/endpoints/{endpoint.pk}",
+        {"run_policy": {"retry_attempts": 1, **breaker}},
+        content_type="application/json",
+        headers={"Authorization": f"Bearer {make_key(tenant)}"},
+    )
+    assert edited.status_code == 200, edited.content
+    endpoint.refresh_from_db()
+
+    probe_at = edited_at + timedelta(minutes=10)
+    assert endpoint.failure_count == 1
+    assert (endpoint.paused_until, endpoint.next_run_at, endpoint.next_run_source) == (
+        probe_at,
+        probe_at,
+        "paused",
+    )
+    assert endpoint.pause_reason.startswith("Breaker: 1 failed slots in a row (last: ")
+    assert HintHistory.objects.get(endpoint=endpoint, kind="pause").paused_until == probe_at

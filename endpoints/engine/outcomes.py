@@ -275,6 +275,13 @@ def breaker_reason(outcome: Outcome, values: Mapping[str, Any]) -> str:
     last = outcome.result.error or outcome.result.status
     if policy.breaker_needs_person and outcome.failure_kind == NEEDS_PERSON:
         return f"{BREAKER_REASON_PREFIX}a failure a person must fix ({last})"
+    return failed_slots_reason(policy, failures, last)
+
+
+def failed_slots_reason(policy: RunPolicy, failures: int, last: str) -> str:
+    """Why the breaker opens once ``failures`` slots failed in a row (the last one's
+    error, ``last``), in words; "" below the policy's threshold or without one. At a run's
+    end, and where a plan outside a run ends a slot's retries (``operations``)."""
     limit = policy.breaker_failed_slots
     if limit is not None and failures >= limit:
         return f"{BREAKER_REASON_PREFIX}{failures} failed slots in a row (last: {last})"
@@ -282,12 +289,20 @@ def breaker_reason(outcome: Outcome, values: Mapping[str, Any]) -> str:
 
 
 def open_breaker(outcome: Outcome, reason: str) -> None:
+    """Open the breaker after a run's outcome (``pause_by_breaker``) and log it."""
+    policy = run_policy_of(outcome.endpoint)
+    if text := pause_by_breaker(
+        outcome.claim.endpoint_id, policy, now=outcome.finished, reason=reason
+    ):
+        log_event(logging.WARNING, text, claim=outcome.claim, run_id=outcome.run.pk)
+
+
+def pause_by_breaker(pk: int, policy: RunPolicy, *, now: datetime, reason: str) -> str:
     """Pause the endpoint (the breaker is open), with the reason in its pause and its
     hint history, so the pause alert says why. With a cool-down the pause ends by itself
     and its first run is the probe: a success closes the breaker (the count resets), a
-    failure opens it again. A pause a person set meanwhile is kept."""
-    policy = run_policy_of(outcome.endpoint)
-    now = outcome.finished
+    failure opens it again. A pause a person set meanwhile is kept: "" then, else the
+    pause's words."""
     cooldown = policy.breaker_cooldown_ms
     hold = cooldown if cooldown is not None else BREAKER_HOLD_MS
     until = now + timedelta(milliseconds=hold)
@@ -296,13 +311,12 @@ def open_breaker(outcome: Outcome, reason: str) -> None:
         if cooldown is not None
         else "; resume it once the cause is fixed"
     )
-    pk = outcome.claim.endpoint_id
     with transaction.atomic():
         # The endpoint's row first, as every writer of both rows locks them.
         if not Endpoint.objects.filter(
             Q(paused_until__isnull=True) | Q(paused_until__lte=now), pk=pk
         ).update(paused_until=until, pause_reason=text[:1000]):
-            return
+            return ""
         Slot.objects.filter(pk=pk, claim_token__isnull=True).update(
             next_run_at=until, next_run_source=PAUSED
         )
@@ -313,7 +327,7 @@ def open_breaker(outcome: Outcome, reason: str) -> None:
             reason=text[:1000],
             created_at=now,
         )
-    log_event(logging.WARNING, text, claim=outcome.claim, run_id=outcome.run.pk)
+    return text
 
 
 def after_reschedule(outcome: Outcome, values: Mapping[str, Any]) -> None:
