@@ -38,9 +38,7 @@ from endpoints.engine.running import judged, request_for
 from endpoints.governor import (
     EndpointSchedule,
     Plan,
-    missed_one_off,
     plan_after_edit,
-    plan_next_run,
 )
 from endpoints.models import (
     Endpoint,
@@ -66,14 +64,10 @@ class OperationRefused(Exception):
 
 def recompute_next_run(endpoint: Endpoint, *, now: datetime) -> Plan:
     """Plan through the governor now and store it (after a pause, a resume, a change of
-    hints); a one-off missed meanwhile runs now."""
-    plan = _plan_keeping_retry(
-        endpoint,
-        lambda schedule: plan_next_run(now, missed_one_off(now, endpoint.last_run_at, schedule)),
-        now=now,
-    )
-    _store_plan(endpoint, plan)
-    return plan
+    hints), as an edit is (``replan_after_edit``): start to start from the last run, so
+    it never postpones a run, and says what the explanation and the preview say; a
+    one-off missed meanwhile runs now."""
+    return replan_after_edit(endpoint, now=now)
 
 
 def save_endpoint(
@@ -204,10 +198,13 @@ def _store_plan(endpoint: Endpoint, plan: Plan) -> None:
 
 def _nudge_earlier(endpoint: Endpoint, now: datetime) -> Plan:
     """A hint may bring the next run forward, never push an already planned run back;
-    the new cadence takes over from that run on. A pending retry was weighed by the
+    the new cadence takes over from that run on. Planned as an edit is, start to start
+    from the last run (``plan_after_edit``). A pending retry was weighed by the
     governor with the rest (``_plan_keeping_retry``): its plan stands."""
     retrying = endpoint.next_run_source == Source.RETRY and endpoint.claim_token is None
-    plan = _plan_keeping_retry(endpoint, lambda schedule: plan_next_run(now, schedule), now=now)
+    plan = _plan_keeping_retry(
+        endpoint, lambda schedule: plan_after_edit(now, endpoint.last_run_at, schedule), now=now
+    )
     current = endpoint.next_run_at
     if (
         not retrying

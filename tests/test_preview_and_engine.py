@@ -339,3 +339,45 @@ def test_a_policy_edit_that_ends_the_retries_opens_the_breaker_the_count_reaches
     )
     assert endpoint.pause_reason.startswith("Breaker: 1 failed slots in a row (last: ")
     assert HintHistory.objects.get(endpoint=endpoint, kind="pause").paused_until == probe_at
+
+
+def test_hints_and_their_clearing_are_planned_from_the_last_run_as_the_explanation_says(
+    make_endpoint, target, tenant, time_machine
+):
+    """An hourly endpoint ran at 12:00. At 12:10 a 30 min interval hint: the next run is
+    12:30, start to start from that run, where the explanation and the preview put it
+    and the engine runs it. Its hint cleared at 12:40 after that run, the next run is
+    13:30, an hour after it, not an hour after the clearing."""
+    time_machine.move_to(START, tick=False)
+    endpoint = make_endpoint(url=target.url("/"), baseline_interval_ms=3_600_000, next_run_at=START)
+    run_on_time(time_machine, endpoint)
+    auth = {"Authorization": f"Bearer {make_key(tenant)}"}
+    base = f"/api/v1/endpoints/{endpoint.pk}"
+    minute = timedelta(minutes=1)
+
+    time_machine.move_to(START + 10 * minute, tick=False)
+    hinted = Client().post(
+        f"{base}/hint",
+        {"interval_ms": 30 * 60_000, "ttl_ms": 3_600_000},
+        content_type="application/json",
+        headers=auth,
+    )
+    assert hinted.status_code == 200, hinted.content
+    explanation = Client().get(base, headers=auth).json()["explanation"]
+    previewed = api_preview(endpoint, tenant, 1)
+    endpoint.refresh_from_db()
+    assert endpoint.next_run_at == START + 30 * minute
+    assert explanation.startswith("Next run in 20 minutes at 2026-11-22 12:30:00 UTC")
+    assert previewed == [endpoint.next_run_at]
+    assert run_on_time_as_run(time_machine, endpoint).scheduled_for == START + 30 * minute
+
+    time_machine.move_to(START + 40 * minute, tick=False)
+    cleared = Client().post(
+        f"{base}/clear-hints", {}, content_type="application/json", headers=auth
+    )
+    assert cleared.status_code == 200, cleared.content
+    endpoint.refresh_from_db()
+    assert (endpoint.next_run_at, endpoint.next_run_source) == (
+        START + 90 * minute,
+        "baseline-interval",
+    )
