@@ -381,3 +381,39 @@ def test_hints_and_their_clearing_are_planned_from_the_last_run_as_the_explanati
         START + 90 * minute,
         "baseline-interval",
     )
+
+
+def test_the_form_preview_with_a_retry_pending_starts_with_the_retry(
+    make_endpoint, target, admin_client, time_machine
+):
+    """A daily endpoint's 12:00 slot failed with a retry due at 12:01; its change form's
+    preview at 12:00:30 starts with that retry, where the engine has the next run."""
+    time_machine.move_to(START, tick=False)
+    target.reply("/flaky", status=503)
+    policy = '{"retry_attempts": 3, "retry_delay_ms": 60000}'
+    endpoint = make_endpoint(
+        url=target.url("/flaky"),
+        baseline_interval_ms=86_400_000,
+        run_policy=json.loads(policy),
+        next_run_at=START,
+    )
+    run_on_time_as_run(time_machine, endpoint)
+    time_machine.move_to(START + timedelta(seconds=30), tick=False)
+
+    values = form_values(
+        endpoint.job,
+        name=endpoint.name,
+        url=endpoint.url,
+        baseline_interval_ms="1d",
+        run_policy=policy,
+    )
+    answer = admin_client.post(
+        reverse("admin:endpoints_endpoint_preview", args=[endpoint.pk]), values
+    )
+    assert answer.status_code == 200, answer.content
+    first = answer.json()["runs"][0]
+    assert (first["utc"], first["source"]) == ("2026-11-22 12:01:00", "retry")
+    assert (endpoint.next_run_at, endpoint.next_run_source) == (
+        START + timedelta(minutes=1),
+        "retry",
+    )

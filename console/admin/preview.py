@@ -21,8 +21,9 @@ from django.http import HttpRequest, HttpResponse, HttpResponseNotAllowed, JsonR
 from django.utils import timezone
 
 from console.admin.display import local_stamp, utc_stamp
+from endpoints import operations
 from endpoints.forms import EndpointForm
-from endpoints.governor import SOURCE_WORDS, EndpointSchedule, preview_runs
+from endpoints.governor import SOURCE_WORDS, preview_runs
 from endpoints.models import Endpoint, JobStatus
 from endpoints.policies import resolve_policy
 from endpoints.schedules import describe_schedule
@@ -82,7 +83,7 @@ def _preview(endpoint: Endpoint) -> RunsPreview:
     now = timezone.now()
     zone = ZoneInfo(endpoint.timezone)
     plans = [] if endpoint.archived_at else preview_runs(
-        now, EndpointSchedule.from_endpoint(endpoint), PREVIEW_COUNT,
+        now, operations.held_schedule(endpoint), PREVIEW_COUNT,
         last_run_at=endpoint.last_run_at,
     )  # fmt: skip
     runs: list[PreviewRun] = [
