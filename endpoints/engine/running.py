@@ -144,20 +144,12 @@ class Started:
         this attempt fails in words, and the next slot is planned."""
         if self.run.attempt <= MAX_SLOT_ATTEMPTS:
             return None
-        return HttpResult(
-            status="failure",
-            status_code=None,
-            body=None,
-            truncated=False,
-            size_bytes=0,
-            duration_ms=0,
-            error=(
-                f"Given up: this slot had {self.run.attempt - 1} attempts, the last ones lost "
-                "(their worker died or stalled before recording them, so their leases "
-                f"expired); a slot has at most {MAX_SLOT_ATTEMPTS}. Not called again: the "
-                "next slot is planned. The workers' logs say what stopped them."
-            ),
-            final_url="",
+        return _not_called(
+            "failure",
+            f"Given up: this slot had {self.run.attempt - 1} attempts, the last ones lost "
+            "(their worker died or stalled before recording them, so their leases "
+            f"expired); a slot has at most {MAX_SLOT_ATTEMPTS}. Not called again: the "
+            "next slot is planned. The workers' logs say what stopped them.",
         )
 
     def _skipped(self) -> HttpResult | None:
@@ -177,19 +169,11 @@ class Started:
         tick = timedelta(seconds=settings.CRONICORN_TICK_SECONDS)
         if late <= timedelta(milliseconds=window) or late < tick:
             return None
-        return HttpResult(
-            status="skipped",
-            status_code=None,
-            body=None,
-            truncated=False,
-            size_bytes=0,
-            duration_ms=0,
-            error=(
-                f"Skipped: found {describe_duration(int(late.total_seconds() * 1000))} late, "
-                f"more than the catch-up window ({describe_duration(window)}); "
-                "the next slot is planned instead"
-            ),
-            final_url="",
+        return _not_called(
+            "skipped",
+            f"Skipped: found {describe_duration(int(late.total_seconds() * 1000))} late, "
+            f"more than the catch-up window ({describe_duration(window)}); "
+            "the next slot is planned instead",
         )
 
     def _request(self) -> HttpRequest:
@@ -654,6 +638,20 @@ def _mark_lost(run: Run, now: datetime, why: str) -> None:
     )
     Run.objects.filter(pk=run.pk, status=RunStatus.LOST, error=EXPIRED_RUN_ERROR).update(
         error=f"Lost: {why}."
+    )
+
+
+def _not_called(status: ResultStatus, error: str) -> HttpResult:
+    """The result of a run whose endpoint is not called (given up, skipped), saying why."""
+    return HttpResult(
+        status=status,
+        status_code=None,
+        body=None,
+        truncated=False,
+        size_bytes=0,
+        duration_ms=0,
+        error=error,
+        final_url="",
     )
 
 

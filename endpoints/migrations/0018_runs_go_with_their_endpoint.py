@@ -21,32 +21,9 @@ collect first).
 
 from django.db import migrations
 
-# The key Django made (named with a hash): one per database, found by what it joins.
-_KEY = """
-SELECT conname FROM pg_constraint WHERE contype = 'f' AND conparentid = 0
-AND conrelid = 'endpoints_run'::regclass AND confrelid = 'endpoints_endpoint'::regclass
-"""
+from endpoints.migrations._cascade import cascading
 
-
-def _set_action(schema_editor, action):
-    if schema_editor.connection.vendor != "postgresql":
-        return
-    with schema_editor.connection.cursor() as cursor:
-        cursor.execute(_KEY)
-        [(name,)] = cursor.fetchall()
-        cursor.execute(
-            f'ALTER TABLE endpoints_run DROP CONSTRAINT "{name}", ADD CONSTRAINT "{name}"'
-            " FOREIGN KEY (endpoint_id) REFERENCES endpoints_endpoint (id)"
-            f" ON DELETE {action} DEFERRABLE INITIALLY DEFERRED"
-        )
-
-
-def cascade(apps, schema_editor):
-    _set_action(schema_editor, "CASCADE")
-
-
-def no_action(apps, schema_editor):
-    _set_action(schema_editor, "NO ACTION")
+KEYS = [("endpoints_run", "endpoint_id", "endpoints_endpoint")]
 
 
 class Migration(migrations.Migration):
@@ -54,4 +31,4 @@ class Migration(migrations.Migration):
         ("endpoints", "0017_run_partitions"),
     ]
 
-    operations = [migrations.RunPython(cascade, no_action)]
+    operations = [cascading(KEYS)]

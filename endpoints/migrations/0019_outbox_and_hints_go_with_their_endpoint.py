@@ -3,7 +3,7 @@
 
 from django.db import migrations
 
-from endpoints.migrations._cascade import set_on_delete
+from endpoints.migrations._cascade import cascading
 
 KEYS = [
     ("endpoints_flip", "endpoint_id", "endpoints_endpoint"),
@@ -11,17 +11,9 @@ KEYS = [
 ]
 
 
-def cascade(apps, schema_editor):
-    set_on_delete(schema_editor, KEYS, "CASCADE")
-
-
-def no_action(apps, schema_editor):
-    set_on_delete(schema_editor, KEYS, "NO ACTION")
-
-
 class Migration(migrations.Migration):
     dependencies = [
         ("endpoints", "0018_runs_go_with_their_endpoint"),
     ]
 
-    operations = [migrations.RunPython(cascade, no_action)]
+    operations = [cascading(KEYS)]

@@ -14,6 +14,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.db import migrations
+
 # The key Django made (named with a hash): one per database, found by its column.
 _KEY = """
 SELECT conname FROM pg_constraint
@@ -37,3 +39,15 @@ def set_on_delete(schema_editor: Any, keys: list[tuple[str, str, str]], action: 
                 f" FOREIGN KEY ({column}) REFERENCES {target} (id)"
                 f" ON DELETE {action} DEFERRABLE INITIALLY DEFERRED"
             )
+
+
+def cascading(keys: list[tuple[str, str, str]]) -> migrations.RunPython:
+    """The operation that makes ``keys`` ``ON DELETE CASCADE`` (back: ``NO ACTION``)."""
+
+    def forwards(apps: Any, schema_editor: Any) -> None:
+        set_on_delete(schema_editor, keys, "CASCADE")
+
+    def backwards(apps: Any, schema_editor: Any) -> None:
+        set_on_delete(schema_editor, keys, "NO ACTION")
+
+    return migrations.RunPython(forwards, backwards)

@@ -5,7 +5,7 @@ while one of those is being deleted no longer fail the delete (why in
 
 from django.db import migrations
 
-from endpoints.migrations._cascade import set_on_delete
+from endpoints.migrations._cascade import cascading
 
 KEYS = [
     ("notifications_alertstate", "endpoint_id", "endpoints_endpoint"),
@@ -20,17 +20,9 @@ KEYS = [
 ]
 
 
-def cascade(apps, schema_editor):
-    set_on_delete(schema_editor, KEYS, "CASCADE")
-
-
-def no_action(apps, schema_editor):
-    set_on_delete(schema_editor, KEYS, "NO ACTION")
-
-
 class Migration(migrations.Migration):
     dependencies = [
         ("notifications", "0004_breaker_told"),
     ]
 
-    operations = [migrations.RunPython(cascade, no_action)]
+    operations = [cascading(KEYS)]

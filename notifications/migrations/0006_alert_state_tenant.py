@@ -5,17 +5,9 @@ with the tenant in the database, as 0005 makes the others (``endpoints/migration
 import django.db.models.deletion
 from django.db import migrations, models
 
-from endpoints.migrations._cascade import set_on_delete
+from endpoints.migrations._cascade import cascading
 
 KEYS = [("notifications_alertstate", "tenant_id", "endpoints_tenant")]
-
-
-def cascade(apps, schema_editor):
-    set_on_delete(schema_editor, KEYS, "CASCADE")
-
-
-def no_action(apps, schema_editor):
-    set_on_delete(schema_editor, KEYS, "NO ACTION")
 
 
 class Migration(migrations.Migration):
@@ -36,5 +28,5 @@ class Migration(migrations.Migration):
                 to="endpoints.tenant",
             ),
         ),
-        migrations.RunPython(cascade, no_action),
+        cascading(KEYS),
     ]

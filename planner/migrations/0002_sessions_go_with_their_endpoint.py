@@ -4,17 +4,9 @@ the planner starts while the endpoint is being deleted no longer fails the delet
 
 from django.db import migrations
 
-from endpoints.migrations._cascade import set_on_delete
+from endpoints.migrations._cascade import cascading
 
 KEYS = [("planner_analysissession", "endpoint_id", "endpoints_endpoint")]
-
-
-def cascade(apps, schema_editor):
-    set_on_delete(schema_editor, KEYS, "CASCADE")
-
-
-def no_action(apps, schema_editor):
-    set_on_delete(schema_editor, KEYS, "NO ACTION")
 
 
 class Migration(migrations.Migration):
@@ -22,4 +14,4 @@ class Migration(migrations.Migration):
         ("planner", "0001_initial"),
     ]
 
-    operations = [migrations.RunPython(cascade, no_action)]
+    operations = [cascading(KEYS)]
