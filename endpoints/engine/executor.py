@@ -339,7 +339,7 @@ def perform_request(request: HttpRequest, *, policy: NetworkPolicy | None = None
     except concurrent.futures.TimeoutError:
         future.cancel()
         logger.error("the HTTP event loop did not answer for %s", _loggable_url(request.url))
-        return _failure(
+        return not_called(
             "timeout",
             f"timed out after {request.timeout_ms} ms (the HTTP client did not answer)",
             request.url,
@@ -683,11 +683,11 @@ def _failure_result(exc: Exception, request: HttpRequest, progress: _Progress) -
     if isinstance(exc, ExecutorError):
         if isinstance(exc, BlockedAddressError):
             logger.warning("refused %s: %s", _loggable_url(progress.url), exc)
-        return _failure("failure", str(exc), progress.url)
+        return not_called("failure", str(exc), progress.url)
     if isinstance(exc, TimeoutError):
         phase = progress.phase
         error = f"timed out after {request.timeout_ms} ms (while {phase})"
-        return _failure("timeout", error, progress.url)
+        return not_called("timeout", error, progress.url)
     if isinstance(exc, aiohttp.ClientConnectorCertificateError):
         error = f"TLS error with {exc.host}: {exc.certificate_error}"
     elif isinstance(exc, aiohttp.ClientSSLError):
@@ -699,10 +699,12 @@ def _failure_result(exc: Exception, request: HttpRequest, progress: _Progress) -
     else:
         logger.exception("unexpected executor error for %s", _loggable_url(progress.url))
         error = f"unexpected error: {type(exc).__name__}: {exc}"
-    return _failure("failure", error, progress.url)
+    return not_called("failure", error, progress.url)
 
 
-def _failure(status: ResultStatus, error: str, url: str) -> HttpResult:
+def not_called(status: ResultStatus, error: str, url: str = "") -> HttpResult:
+    """A result without a response (refused, failed to connect, timed out; or never
+    called at all: given up, skipped), saying why."""
     return HttpResult(
         status=status,
         status_code=None,

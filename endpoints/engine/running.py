@@ -39,6 +39,7 @@ from endpoints.engine.executor import (
     HttpResult,
     NetworkPolicy,
     ResultStatus,
+    not_called,
     perform_request,
     submit_request,
 )
@@ -144,7 +145,7 @@ class Started:
         this attempt fails in words, and the next slot is planned."""
         if self.run.attempt <= MAX_SLOT_ATTEMPTS:
             return None
-        return _not_called(
+        return not_called(
             "failure",
             f"Given up: this slot had {self.run.attempt - 1} attempts, the last ones lost "
             "(their worker died or stalled before recording them, so their leases "
@@ -169,7 +170,7 @@ class Started:
         tick = timedelta(seconds=settings.CRONICORN_TICK_SECONDS)
         if late <= timedelta(milliseconds=window) or late < tick:
             return None
-        return _not_called(
+        return not_called(
             "skipped",
             f"Skipped: found {describe_duration(int(late.total_seconds() * 1000))} late, "
             f"more than the catch-up window ({describe_duration(window)}); "
@@ -638,20 +639,6 @@ def _mark_lost(run: Run, now: datetime, why: str) -> None:
     )
     Run.objects.filter(pk=run.pk, status=RunStatus.LOST, error=EXPIRED_RUN_ERROR).update(
         error=f"Lost: {why}."
-    )
-
-
-def _not_called(status: ResultStatus, error: str) -> HttpResult:
-    """The result of a run whose endpoint is not called (given up, skipped), saying why."""
-    return HttpResult(
-        status=status,
-        status_code=None,
-        body=None,
-        truncated=False,
-        size_bytes=0,
-        duration_ms=0,
-        error=error,
-        final_url="",
     )
 
 
