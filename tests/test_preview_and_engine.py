@@ -184,11 +184,13 @@ def test_a_policy_edit_that_ends_the_retries_counts_the_slot_and_starts_a_new_on
     assert (nextday.status, nextday.attempt, nextday.retry_of_id) == ("success", 1, None)
 
 
+@pytest.mark.parametrize("edited_on", ["endpoint", "job"])
 def test_a_policy_edit_while_a_run_is_in_flight_holds_after_the_run(
-    make_endpoint, target, tenant, time_machine
+    make_endpoint, target, tenant, job, time_machine, edited_on
 ):
     """A 10 min endpoint is mid-run when a person ends its active period a minute from now
-    (through the API): the run's own reschedule does not plan a run after it."""
+    (through the API, on the endpoint or on its job's run policy, its endpoints'
+    defaults): the run's own reschedule does not plan a run after it."""
     time_machine.move_to(START, tick=False)
     endpoint = make_endpoint(url=target.url("/"), baseline_interval_ms=600_000, next_run_at=START)
     [claim] = claim_due_endpoints(now=START, limit=10, horizon_ms=0)
@@ -196,32 +198,9 @@ def test_a_policy_edit_while_a_run_is_in_flight_holds_after_the_run(
     assert started is not None
     result = started.call_and_wait()
 
+    path = f"endpoints/{endpoint.pk}" if edited_on == "endpoint" else f"jobs/{job.pk}"
     edited = Client().patch(
-        f"/api/v1/endpoints/{endpoint.pk}",
-        {"run_policy": {"active_until": "2026-11-22T12:01:00Z"}},
-        content_type="application/json",
-        headers={"Authorization": f"Bearer {make_key(tenant)}"},
-    )
-    assert edited.status_code == 200, edited.content
-    record_outcomes([started.outcome(result)])
-
-    endpoint.refresh_from_db()
-    assert (endpoint.next_run_at, endpoint.next_run_source) == (None, "ended")
-
-
-def test_a_job_policy_edit_while_a_run_is_in_flight_holds_after_the_run(
-    make_endpoint, target, tenant, job, time_machine
-):
-    """The same through the job's run policy (its endpoints' defaults)."""
-    time_machine.move_to(START, tick=False)
-    endpoint = make_endpoint(url=target.url("/"), baseline_interval_ms=600_000, next_run_at=START)
-    [claim] = claim_due_endpoints(now=START, limit=10, horizon_ms=0)
-    [started] = start_claims([claim])
-    assert started is not None
-    result = started.call_and_wait()
-
-    edited = Client().patch(
-        f"/api/v1/jobs/{job.pk}",
+        f"/api/v1/{path}",
         {"run_policy": {"active_until": "2026-11-22T12:01:00Z"}},
         content_type="application/json",
         headers={"Authorization": f"Bearer {make_key(tenant)}"},
