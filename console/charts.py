@@ -16,7 +16,7 @@ from datetime import datetime
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 
-from endpoints.schedules import describe_duration
+from endpoints.wording import count_words, duration_words
 
 STATUS_COLOURS = {
     "success": "#2e7d32",
@@ -64,7 +64,7 @@ def duration_chart(bars: Sequence[Bar], *, slots: int = 50) -> SafeString:
         HEIGHT,
         rects,
         HEIGHT + AXIS - 3,
-        f"{len(bars)} run{'s' if len(bars) != 1 else ''}, longest {describe_duration(longest)}",
+        f"{count_words(len(bars), 'run')}, longest {duration_words(longest)}",
         WIDTH,
         HEIGHT + AXIS - 3,
         "newest →",
@@ -74,7 +74,7 @@ def duration_chart(bars: Sequence[Bar], *, slots: int = 50) -> SafeString:
 def _rect(index: int, bar: Bar, slot: float, longest: int) -> tuple[object, ...]:
     # A run without a duration (still running, lost) keeps a stub so its colour shows.
     height = max(2.0, (bar.duration_ms or 0) / longest * (HEIGHT - 4))
-    duration = describe_duration(bar.duration_ms) if bar.duration_ms is not None else "no duration"
+    duration = duration_words(bar.duration_ms) if bar.duration_ms is not None else "no duration"
     return (
         f"{index * slot + GAP / 2:.1f}",
         f"{HEIGHT - height:.1f}",
@@ -190,7 +190,7 @@ def _gap_scale(axes: _Axes) -> SafeString:
         '<text x="{}" y="{}" font-size="10" fill="#666" text-anchor="end">{}</text>',
         (
             (LABEL_WIDTH, _n(axes.y(ms)), WIDTH, _n(axes.y(ms)), LABEL_WIDTH - 4,
-             _n(axes.y(ms) + 3), describe_duration(ms))
+             _n(axes.y(ms) + 3), duration_words(ms))
             for ms in shown
         ),
     )  # fmt: skip
@@ -203,7 +203,7 @@ def _gap_line(axes: _Axes, gaps: Sequence[tuple[datetime, float]]) -> SafeString
         '<circle cx="{}" cy="{}" r="2.5" fill="{}"><title>{}</title></circle>',
         (
             (_n(axes.x(at)), _n(axes.y(ms)), GAP_COLOUR,
-             f"{at:%Y-%m-%d %H:%M:%S} UTC · gap {describe_duration(ms)}")
+             f"{at:%Y-%m-%d %H:%M:%S} UTC · gap {duration_words(ms)}")
             for at, ms in gaps
         ),
     )  # fmt: skip
@@ -228,7 +228,7 @@ def _duration_strip(axes: _Axes, bars: Sequence[Bar]) -> SafeString:
             _n(height),
             STATUS_COLOURS.get(bar.status, "#757575"),
             f"{bar.started_at:%Y-%m-%d %H:%M:%S} UTC · {bar.status} · "
-            f"{describe_duration(bar.duration_ms)}",
+            f"{duration_words(bar.duration_ms)}",
         )
 
     rects = format_html_join(
@@ -241,7 +241,7 @@ def _duration_strip(axes: _Axes, bars: Sequence[Bar]) -> SafeString:
         '<text x="0" y="{}" font-size="10" fill="#666">max {}</text>{}',
         top + 12,
         top + 26,
-        describe_duration(longest),
+        duration_words(longest),
         rects,
     )
 

@@ -1,9 +1,10 @@
-"""What the admin index shows: scheduler health, failing endpoints, planner usage.
+"""What the admin index shows: scheduler health, its loops, failing endpoints, planner usage.
 
-A superuser sees the whole scheduler through ``health.scheduler_health``. A staff
-member sees the scheduler's liveness (last tick: it is the same scheduler for everyone)
-and numbers counted over their own tenants' endpoints only, so no other tenant's volume
-shows through.
+A superuser sees the whole scheduler through ``health.scheduler_health``, and what each
+loop did in its last pass. A staff member sees the scheduler's liveness (last tick and
+each loop's last pass: it is the same scheduler for everyone) and numbers counted over
+their own tenants' endpoints only, so no other tenant's volume shows through (a loop's
+counts are the whole fleet's, so they are left out).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from django.apps import apps
 from django.conf import settings
 from django.db.models import Count, OuterRef, Subquery, Sum
 
-from endpoints.health import HealthReport, scoped_health
+from endpoints.health import HealthReport, LoopBeat, loop_beats, scoped_health
 from endpoints.models import Endpoint, Run, Tenant
 from planner.models import AnalysisSession
 
@@ -25,6 +26,7 @@ FAILING_SHOWN = 10
 class DashboardPage(TypedDict):
     health: HealthReport
     tick_stale: bool
+    loops: list[LoopBeat]
     failing: list[Endpoint]
     planner: list[dict[str, Any]]
     channels_failing: list[Any] | None
@@ -37,6 +39,7 @@ def build_dashboard(*, tenant_ids: list[int] | None, now: datetime) -> Dashboard
     return {
         "health": health,
         "tick_stale": _tick_stale(health),
+        "loops": _loops(tenant_ids, now),
         "failing": _failing_endpoints(tenant_ids),
         "planner": _planner_usage(tenant_ids, now),
         "channels_failing": _channels_failing(tenant_ids),
@@ -47,6 +50,13 @@ def build_dashboard(*, tenant_ids: list[int] | None, now: datetime) -> Dashboard
 def _tick_stale(health: HealthReport) -> bool:
     age = health.get("last_tick_age_seconds")
     return age is None or age > settings.CRONICORN_READY_MAX_TICK_AGE_SECONDS
+
+
+def _loops(tenant_ids: list[int] | None, now: datetime) -> list[LoopBeat]:
+    loops = loop_beats(now=now)
+    if tenant_ids is None:
+        return loops
+    return [{**loop, "info": {}, "did": ""} for loop in loops]
 
 
 def _failing_endpoints(tenant_ids: list[int] | None) -> list[Endpoint]:

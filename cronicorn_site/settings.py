@@ -15,6 +15,7 @@ from pathlib import Path
 
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
+from dotenv import dotenv_values
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -78,9 +79,32 @@ def env_choice(name: str, default: str, choices: tuple[str, ...]) -> str:
     return value
 
 
+def read_local_setup() -> Path | None:
+    """Put the local set-up's variables (``.env.local``, written once by scripts/start)
+    under the environment, so every process started in the checkout (a second terminal,
+    an MCP client launching manage.py) runs as the quick start does, with nothing
+    exported by hand. A variable set in the environment wins. Without the file nothing
+    changes: a process started without configuration is a production process.
+    ``CRONICORN_ENV_FILE`` names another file; set empty, none is read."""
+    raw = os.environ.get("CRONICORN_ENV_FILE")
+    if raw == "":
+        return None
+    path = Path(raw) if raw else BASE_DIR / ".env.local"
+    if not path.is_file():
+        if raw:
+            raise ImproperlyConfigured(f"CRONICORN_ENV_FILE={raw!r} is not a file.")
+        return None
+    for name, value in dotenv_values(path).items():
+        if value is not None:
+            os.environ.setdefault(name, value)
+    return path
+
+
+LOCAL_SETUP = read_local_setup()
+
 # Off unless set: a process started without configuration is a production process
-# (tracebacks hidden, secure cookies, a secret key required). scripts/start and
-# scripts/test set what the local quick start and the tests need, explicitly.
+# (tracebacks hidden, secure cookies, a secret key required). The local set-up
+# (scripts/start's .env.local) and scripts/test turn it on, explicitly.
 DEBUG = env_bool("DEBUG", False)
 
 
@@ -90,8 +114,10 @@ def _secret_key() -> str:
         return key
     if not DEBUG:
         raise ImproperlyConfigured(
-            "DJANGO_SECRET_KEY is not set and DEBUG is false; set it to a long random string "
-            "(python -c 'import secrets; print(secrets.token_urlsafe(50))')."
+            "DJANGO_SECRET_KEY is not set and DEBUG is false. In production set it to a long "
+            "random string (python -c 'import secrets; print(secrets.token_urlsafe(50))'); "
+            "on your own machine run scripts/start once, which writes the local set-up "
+            "(.env.local) that every command in the checkout reads."
         )
     # Local default: generate once and keep it in a git-ignored file, so sessions survive
     # restarts without any secret living in the code.
@@ -115,7 +141,6 @@ INSTALLED_APPS = [
     "django.contrib.sessions",
     "django.contrib.messages",
     "django.contrib.staticfiles",
-    "django_celery_results",
     "ninja",
     "endpoints",
     "planner",
@@ -196,9 +221,8 @@ if STATIC_ROOT.is_dir():
 
 # --- Celery ---------------------------------------------------------------------------
 CELERY_BROKER_URL = env_str("CELERY_BROKER_URL", "redis://localhost:6379/0")
-CELERY_RESULT_BACKEND = "django-db"
-CELERY_RESULT_EXTENDED = False
-# The Run row is the record of an execution; results are ignored on the hot path.
+# No result backend: the Run row is the record of an execution and each loop's Heartbeat
+# row of its last pass (docs/DESIGN.md, "Processes"); results are ignored.
 CELERY_TASK_IGNORE_RESULT = True
 CELERY_TASK_ACKS_LATE = True
 CELERY_TASK_REJECT_ON_WORKER_LOST = True

@@ -26,7 +26,7 @@ from django.utils.module_loading import import_string
 from endpoints import health
 from endpoints.engine import claiming, maintenance
 from endpoints.engine.dispatch import ClaimDispatcher
-from endpoints.schedules import describe_duration
+from endpoints.wording import duration_words
 
 logger = logging.getLogger("cronicorn.scheduler")
 
@@ -78,7 +78,7 @@ class EmbeddedScheduler:
         maintenance.end_signing_grace(now=now)
         if time.monotonic() - self._last_prune >= PRUNE_EVERY_SECONDS:
             self._last_prune = time.monotonic()
-            maintenance.prune_runs(now=now)
+            maintenance.retention_cycle(now=now)
         return lost
 
     def plan_once(self, *, now: datetime | None = None) -> int:
@@ -109,7 +109,7 @@ class EmbeddedScheduler:
                 "last minute: %d runs, %d failed, lateness p95 %s, %d in flight",
                 summary["runs"],
                 summary["failures"],
-                describe_duration(summary["lateness_p95_ms"]),
+                duration_words(summary["lateness_p95_ms"]),
                 self.dispatcher.in_flight,
                 extra={**summary, "in_flight": self.dispatcher.in_flight},
             )

@@ -62,11 +62,10 @@ from endpoints.policies import (
 )
 from endpoints.schedules import (
     MAX_PLANNABLE_MS,
-    describe_delta,
     describe_schedule,
-    format_interval,
     next_cron_after,
 )
+from endpoints.wording import count_words, delta_words, duration_words
 
 MAX_BACKOFF_EXPONENT = 5
 BOUNDED_FIELDS = ("baseline_interval_ms", "min_interval_ms", "max_interval_ms")
@@ -283,7 +282,7 @@ def decide(now: datetime, schedule: EndpointSchedule) -> Decision:
         steps.append(f"started late: kept on the phase of its slot, {_stamp(schedule.phase_slot)}")
     if schedule.jitter_offset_ms and schedule.baseline_cron:
         steps.append(
-            f"jitter: each cron slot + {schedule.jitter_offset_ms / 1000:g} s (run policy)"
+            f"jitter: each cron slot + {duration_words(schedule.jitter_offset_ms)} (run policy)"
         )
     if schedule.baseline_interval_ms and not schedule.baseline_cron and schedule.failure_count:
         plain = schedule.baseline_interval_ms * 2 ** min(
@@ -291,7 +290,7 @@ def decide(now: datetime, schedule: EndpointSchedule) -> Decision:
         )
         if backed_off_ms(schedule) < plain:
             steps.append(
-                f"backoff capped at {format_interval(backed_off_ms(schedule))} (run policy)"
+                f"backoff capped at {duration_words(backed_off_ms(schedule))} (run policy)"
             )
 
     fresh = schedule.hints_fresh(now)
@@ -547,18 +546,16 @@ def _clamp(
 ) -> tuple[datetime, str]:
     if schedule.min_interval_ms and at < now + _ms(_bounded(schedule.min_interval_ms)):
         at, source = now + _ms(_bounded(schedule.min_interval_ms)), CLAMPED_MIN
-        steps.append(
-            f"raised to the minimum interval ({format_interval(schedule.min_interval_ms)})"
-        )
+        steps.append(f"raised to the minimum interval ({duration_words(schedule.min_interval_ms)})")
     if schedule.max_interval_ms and at > now + _ms(_bounded(schedule.max_interval_ms)):
         at, source = now + _ms(_bounded(schedule.max_interval_ms)), CLAMPED_MAX
         steps.append(
-            f"lowered to the maximum interval ({format_interval(schedule.max_interval_ms)})"
+            f"lowered to the maximum interval ({duration_words(schedule.max_interval_ms)})"
         )
     floor = schedule.tenant_min_interval_ms
     if floor and at < now + _ms(_bounded(floor)):
         at, source = now + _ms(_bounded(floor)), CLAMPED_MIN
-        steps.append(f"raised to the tenant's minimum interval ({format_interval(floor)})")
+        steps.append(f"raised to the tenant's minimum interval ({duration_words(floor)})")
     return at, source
 
 
@@ -580,14 +577,14 @@ def _out_of_bounds(schedule: EndpointSchedule) -> list[str]:
         if value is not None and abs(value) > MAX_PLANNABLE_MS:
             steps.append(
                 f"{name} holds {value} ms, beyond the longest allowed "
-                f"({format_interval(MAX_PLANNABLE_MS)}): planned as "
-                f"{format_interval(MAX_PLANNABLE_MS)}; correct the endpoint"
+                f"({duration_words(MAX_PLANNABLE_MS)}): planned as "
+                f"{duration_words(MAX_PLANNABLE_MS)}; correct the endpoint"
             )
     return steps
 
 
 def _when(at: datetime, now: datetime) -> str:
-    return f"{_stamp(at)}, {describe_delta(at - now)}"
+    return f"{_stamp(at)}, {delta_words(at - now)}"
 
 
 def _stamp(at: datetime) -> str:
@@ -600,7 +597,7 @@ def _stamp(at: datetime) -> str:
 
 
 def _relative(at: datetime, now: datetime) -> str:
-    return "now" if at <= now else describe_delta(at - now)
+    return "now" if at <= now else delta_words(at - now)
 
 
 SOURCE_WORDS = {
@@ -645,11 +642,13 @@ def explain_plan(
         backed = backed_off_ms(schedule)
         if backed < schedule.baseline_interval_ms * factor:
             detail += (
-                f", backed off to {format_interval(backed)} (the cap) after "
-                f"{schedule.failure_count} failure(s)"
+                f", backed off to {duration_words(backed)} (the cap) after "
+                f"{count_words(schedule.failure_count, 'failure')}"
             )
         else:
-            detail += f", backed off x{factor} after {schedule.failure_count} failure(s)"
+            detail += (
+                f", backed off x{factor} after {count_words(schedule.failure_count, 'failure')}"
+            )
     # Without a next run the head already gave the last step.
     reasons = "; ".join(decision.steps[1 : None if plan.next_run_at else -1])
     return f"{head}{detail}." + (f" Then: {reasons}." if reasons else "")

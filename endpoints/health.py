@@ -1,5 +1,6 @@
 """Is the scheduler healthy? Numbers for ``scheduler_status``, the dashboard, the API,
-``/readyz`` and ``runscheduler``'s summary line, read from the database.
+``/readyz`` and ``runscheduler``'s summary line, read from the database; and when each
+of the scheduler's loops last ran and what it did (``loop_beats``).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from django.db.models import Count, Q
 
 from endpoints.choices import FAILED_STATUSES
 from endpoints.models import Heartbeat, Run, RunStatus, RunTrigger, Slot
+from endpoints.wording import duration_words
 
 HEALTH_LATENESS_SAMPLE = 10_000
 
@@ -20,6 +22,18 @@ HEALTH_LATENESS_SAMPLE = 10_000
 # was running when it came due), counted apart from lateness. Leases and ticks are
 # seconds, so a running scheduler is never this late unless it is overloaded.
 CATCHUP_AFTER = timedelta(minutes=1)
+
+# The scheduler's loops, as the dashboard and scheduler_status list them: each pass of
+# one (a Celery task or a loop of runscheduler, the same function) ends by writing its
+# Heartbeat row with counts of what it did. These rows, not Celery task results, are
+# what says a loop runs (docs/DESIGN.md, "Processes").
+LOOPS = (
+    ("tick", "Tick"),
+    ("maintenance", "Zombie sweep"),
+    ("prune", "Run retention"),
+    ("planner", "Planner"),
+    ("notify", "Alerts"),
+)
 
 
 class LatenessStats(TypedDict):
@@ -45,6 +59,15 @@ class HealthReport(LatenessStats, FleetBehind):
     runs_last_hour: int
     failures_last_hour: int
     zombies: int
+
+
+class LoopBeat(TypedDict):
+    name: str
+    label: str
+    at: datetime | None
+    age_seconds: float | None
+    info: dict[str, Any]
+    did: str
 
 
 class MinuteSummary(TypedDict):
@@ -132,10 +155,11 @@ def fleet_behind(*, now: datetime) -> FleetBehind:
     warning = ""
     if behind > limit:
         warning = (
-            f"The fleet is behind by {behind:.1f} s: p95 start lateness over the last minute "
-            f"{(recent_p95 or 0) / 1000:.1f} s, oldest unclaimed due endpoint {oldest_due:.1f} s "
-            f"overdue (limit CRONICORN_BEHIND_SECONDS={limit:g}). Add execute workers or "
-            "raise CRONICORN_MAX_IN_FLIGHT; if the backlog grows while runs are on time, "
+            f"The fleet is behind by {duration_words(behind * 1000)}: p95 start lateness over "
+            f"the last minute {duration_words(recent_p95 or 0)}, oldest unclaimed due endpoint "
+            f"{duration_words(oldest_due * 1000)} overdue (limit "
+            f"CRONICORN_BEHIND_SECONDS={limit:g}). Add execute workers or raise "
+            "CRONICORN_MAX_IN_FLIGHT; if the backlog grows while runs are on time, "
             "the ticks are too slow."
         )
     return {
@@ -145,6 +169,27 @@ def fleet_behind(*, now: datetime) -> FleetBehind:
         "fleet_behind": bool(warning),
         "behind_warning": warning,
     }
+
+
+def loop_beats(*, now: datetime) -> list[LoopBeat]:
+    """Each loop of ``LOOPS``: when it last ran (None: never), its counts (``info``) and
+    the same in words (``did``: "claimed 3", "sessions 2, failed 0")."""
+    beats = Heartbeat.objects.in_bulk([name for name, _ in LOOPS], field_name="name")
+    rows: list[LoopBeat] = []
+    for name, label in LOOPS:
+        beat = beats.get(name)
+        info = beat.info if beat else {}
+        rows.append(
+            {
+                "name": name,
+                "label": label,
+                "at": beat.at if beat else None,
+                "age_seconds": round((now - beat.at).total_seconds(), 1) if beat else None,
+                "info": info,
+                "did": ", ".join(f"{key.replace('_', ' ')} {value}" for key, value in info.items()),
+            }
+        )
+    return rows
 
 
 def minute_summary(*, now: datetime) -> MinuteSummary:

@@ -18,6 +18,7 @@ from django.utils.timezone import now as current_time
 
 from endpoints import validation
 from endpoints.choices import HintKind, HttpMethod, JobStatus, RunStatus, RunTrigger, Source
+from endpoints.policies import lasts_until_resumed
 from endpoints.validation import (
     MAX_INTERVAL_MS,
     MAX_RESPONSE_KB,
@@ -26,6 +27,7 @@ from endpoints.validation import (
     MIN_TIMEOUT_MS,
     validate_endpoint_url,
 )
+from endpoints.wording import pause_words
 
 
 def _choices_check(
@@ -446,6 +448,17 @@ class Endpoint(models.Model):
     def is_paused(self, now: datetime) -> bool:
         return self.paused_until is not None and self.paused_until > now
 
+    def pause_words(self, now: datetime, *, brief: bool = False) -> str:
+        """How long its pause lasts, as every interface says it: 'until 2026-03-01 14:30
+        UTC (for 2 hours)', or 'until resumed' for the breaker's without a cool-down."""
+        assert self.paused_until is not None
+        return pause_words(
+            self.paused_until,
+            now,
+            until_resumed=lasts_until_resumed(self.pause_reason),
+            brief=brief,
+        )
+
     # --- the slot -----------------------------------------------------------------------
 
     def slot_or_new(self) -> Slot:
@@ -707,9 +720,12 @@ class HintHistory(models.Model):
 
 
 class Heartbeat(models.Model):
-    """The last time each scheduler loop (tick, maintenance, planner) did its work.
+    """The last time each scheduler loop (``health.LOOPS``: tick, zombie sweep, run
+    retention, planner, alerts) did its work, and what it did (``info``: counts).
 
-    One row per loop name, updated in place; read by health checks and the dashboard.
+    One row per loop name, updated in place at the end of each pass, by the Celery task
+    and by ``runscheduler`` alike; read by health checks, the dashboard and
+    ``scheduler_status``. (The planner's cycle lease borrows a row, ``planner-cycle``.)
     """
 
     name = models.CharField(max_length=32, unique=True)

@@ -53,9 +53,9 @@ from endpoints.models import (
     Source,
     Tenant,
 )
-from endpoints.schedules import describe_delta
 from endpoints.secrets import strip_userinfo
 from endpoints.validation import quota_problem, reason_problem
+from endpoints.wording import delta_words
 
 
 class OperationRefused(Exception):
@@ -253,7 +253,7 @@ def run_now(endpoint: Endpoint, *, now: datetime, user: Any = None) -> None:
         )
     if endpoint.is_paused(now):
         raise OperationRefused(
-            f"{endpoint} is paused until {endpoint.paused_until:%Y-%m-%d %H:%M:%S} UTC; "
+            f"{endpoint} is paused {endpoint.pause_words(now)}; "
             "resume it first, or use Test to call it once while paused."
         )
     # A lease that has run out (its worker died) does not block: it is released here.
@@ -275,7 +275,7 @@ def _in_flight_message(endpoint: Endpoint, now: datetime) -> str:
     )
     if running is None:
         return f"{endpoint} is claimed and about to run; wait for that run to finish."
-    started = describe_delta(running.started_at - now)
+    started = delta_words(running.started_at - now)
     return f"{endpoint} is running now (run {running.pk} started {started}); wait for it to finish."
 
 

@@ -47,6 +47,7 @@ from typing import Any
 from zoneinfo import ZoneInfo
 
 from endpoints.jsonb import json_scalar_problem, unencodable_problem
+from endpoints.wording import duration_words
 
 MIN_DELAY_MS = 1_000
 MAX_ATTEMPTS = 10
@@ -56,6 +57,9 @@ MAX_TEXT = 1_000
 BREAKER_HOLD_MS = 365 * 24 * 3_600_000
 # How the breaker's pause reason starts: the alerts tell a breaker's pause by it.
 BREAKER_REASON_PREFIX = "Breaker: "
+# How the reason of a breaker's pause without a cool-down ends: that pause lasts until a
+# person resumes it (its stored end, BREAKER_HOLD_MS ahead, only gives the plan a time).
+BREAKER_UNTIL_RESUMED = "; resume it once the cause is fixed"
 # A Retry-After is honoured up to this; further than that the slot is left to fail.
 MAX_RETRY_AFTER_MS = 3_600_000
 
@@ -153,6 +157,25 @@ _NULLABLE = {
     "breaker_cooldown_ms",
     "catchup_window_ms",
 }
+
+
+def breaker_pause(reason: str, cooldown_ms: int | None) -> tuple[int, str]:
+    """How long the breaker pauses (ms) and the pause's reason: why it opened, then how
+    it ends (a probe after the cool-down, or a person), within ``MAX_TEXT`` so the end
+    is never cut off."""
+    if cooldown_ms is None:
+        hold, ending = BREAKER_HOLD_MS, BREAKER_UNTIL_RESUMED
+    else:
+        hold, ending = cooldown_ms, f"; a probe run after {duration_words(cooldown_ms)}"
+    return hold, reason[: MAX_TEXT - len(ending)] + ending
+
+
+def lasts_until_resumed(pause_reason: str) -> bool:
+    """Whether a pause with this reason is the breaker's without a cool-down, which only
+    a person ends: said "until resumed" wherever a pause is shown, not as its stored end."""
+    return pause_reason.startswith(BREAKER_REASON_PREFIX) and pause_reason.endswith(
+        BREAKER_UNTIL_RESUMED
+    )
 
 
 class PolicyError(ValueError):

@@ -15,6 +15,8 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError, available_timezones
 from cron_descriptor import Options, get_description
 from cronsim import CronSim, CronSimError
 
+from endpoints.wording import count_words
+
 SHORTHANDS = {
     "@yearly": "0 0 1 1 *",
     "@annually": "0 0 1 1 *",
@@ -196,7 +198,7 @@ def describe_interval(ms: int) -> str:
         count, unit = ms // UNIT_MS["s"], "second"
     else:
         return f"every {format_interval(ms)}"
-    return f"every {unit}" if count == 1 else f"every {count} {unit}s"
+    return f"every {unit}" if count == 1 else f"every {count_words(count, unit)}"
 
 
 def describe_schedule(
@@ -208,33 +210,3 @@ def describe_schedule(
     if baseline_interval_ms:
         return describe_interval(baseline_interval_ms)
     return "no schedule"
-
-
-def describe_delta(delta: timedelta) -> str:
-    """'in 5 minutes' / '3 seconds ago', for relative next-run displays."""
-    seconds = delta.total_seconds()
-    future = seconds >= 0
-    seconds = abs(seconds)
-    # The largest unit that fits; below a second it still reads "in 0 seconds".
-    size, unit = next(
-        ((size, unit) for size, unit in _DELTA_UNITS if seconds >= size), _DELTA_UNITS[-1]
-    )
-    count = int(seconds // size)
-    label = unit if count == 1 else f"{unit}s"
-    return f"in {count} {label}" if future else f"{count} {label} ago"
-
-
-_DELTA_UNITS = ((86_400, "day"), (3_600, "hour"), (60, "minute"), (1, "second"))
-
-
-_DURATION_UNITS = ((86_400_000, "d"), (3_600_000, "h"), (60_000, "min"), (1_000, "s"))
-
-
-def describe_duration(ms: float | None) -> str:
-    """A duration as people read it: '340 ms', '5.6 s', '5.6 min', '2.1 h', '3.0 d'."""
-    if ms is None:
-        return "—"
-    for size, unit in _DURATION_UNITS:
-        if abs(ms) >= size:
-            return f"{ms / size:.1f} {unit}"
-    return f"{ms:.0f} ms"

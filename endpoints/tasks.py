@@ -18,7 +18,8 @@ Every task is idempotent: a stale claim does nothing, and a claim delivered agai
 its run is in flight does nothing either (one run per claim, decided by the database:
 ``runs._start_run``), so whatever the broker redelivers (``acks_late`` after a
 connection drop, a duplicate publish, a visibility timeout) runs nothing twice. Results
-are ignored (the Run row is the record).
+are ignored and there is no result backend: the Run row is the record of an execution,
+and each loop's Heartbeat row of its last pass (docs/DESIGN.md, "Processes").
 """
 
 from __future__ import annotations
@@ -183,4 +184,4 @@ def sweep_zombies() -> int:
 
 @shared_task(name="cronicorn.prune_runs", ignore_result=True, time_limit=3600)
 def prune_runs() -> int:
-    return maintenance.prune_runs(now=timezone.now())
+    return maintenance.retention_cycle(now=timezone.now())

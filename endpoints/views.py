@@ -102,12 +102,18 @@ def _rate_limited(now: datetime) -> DemoResponse:
     return DemoResponse(200, {"status": "healthy", "remaining_quota": 300 - second})
 
 
+def _inbox(now: datetime) -> DemoResponse:
+    # The demo tenant's alert channel (a signed webhook): it takes every message.
+    return DemoResponse(200, {"received": True})
+
+
 DEMO_TARGETS = {
     "queue": _queue,
     "health": _health,
     "thresholds": _thresholds,
     "ingest": _ingest,
     "rate-limited": _rate_limited,
+    "inbox": _inbox,
 }
 
 

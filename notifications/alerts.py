@@ -27,7 +27,7 @@ from __future__ import annotations
 import logging
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -36,9 +36,9 @@ from django.db import transaction
 from django.db.models import Exists, OuterRef, Q
 
 from endpoints.governor import ENDED, MAX_PLANNABLE_MS, ONCE, PAUSED, WINDOW
-from endpoints.models import Endpoint, Flip, JobStatus, Run, RunStatus
+from endpoints.models import Endpoint, Flip, Heartbeat, JobStatus, Run, RunStatus
 from endpoints.policies import BREAKER_REASON_PREFIX
-from endpoints.schedules import describe_duration
+from endpoints.wording import count_words, duration_words
 from notifications.delivery import Clock, deliver_due
 from notifications.models import (
     MAX_STALE_FACTOR,
@@ -72,7 +72,9 @@ def notify_cycle(*, now: datetime, wait: float | None = None) -> CycleResult:
     alerts += remind_and_escalate(now=now)
     deliveries = queue_deliveries(now=now)
     sent, failed = deliver_due(now=now, wait=wait, clock=clock)
-    return CycleResult(len(alerts), deliveries, sent, failed)
+    result = CycleResult(len(alerts), deliveries, sent, failed)
+    Heartbeat.beat("notify", now=now, **asdict(result))
+    return result
 
 
 # --- 1. Detect ------------------------------------------------------------------------
@@ -271,12 +273,20 @@ def _changes(endpoint: Endpoint, state: AlertState, rule: AlertRule, now: dateti
                     now,
                 )
             )
-    elif state.failing and endpoint.failure_count == 0 and _last_run_succeeded(endpoint):
-        # Ended without a flip: failures reset by hand (reset_failures) or by an edit. Only
-        # once a run has really succeeded is it "recovered": on-call people trust that word.
+    elif state.failing and endpoint.failure_count == 0:
+        # Ended without a flip: the failures were reset (reset_failures). That ends the
+        # episode, its reminders and escalation: nothing says "failing" of an endpoint
+        # without failures. Only once a run has really succeeded is it "recovered" (on-call
+        # people trust that word); otherwise it closes silently: whoever reset it knows,
+        # and a failure after the reset starts a new episode, told afresh.
         pending = Flip.objects.filter(endpoint_id=OuterRef("endpoint_id"))
         still = _endpoint_is(failure_count=0) & ~Q(Exists(pending))
-        if _flip(state, now, still, failing=False, **EPISODE_CLEARED) and rule.on_recovery:
+        recovered = _last_run_succeeded(endpoint)
+        if (
+            _flip(state, now, still, failing=False, **EPISODE_CLEARED)
+            and recovered
+            and rule.on_recovery
+        ):
             alerts.append(
                 _alert(endpoint, AlertKind.RECOVERED, _recovery_detail(endpoint, None), now)
             )
@@ -373,7 +383,7 @@ def _failure_detail(endpoint: Endpoint, failures: int, before: datetime | None =
     if before is not None:
         runs = runs.filter(started_at__lt=before)
     run = runs.order_by("-started_at").first()  # endpoints_run_history
-    text = f"{failures} failed runs in a row"
+    text = f"{count_words(failures, 'failed run')} in a row"
     if run is not None:
         code = f" HTTP {run.status_code}" if run.status_code else ""
         text += f"; last: {run.status}{code}: {run.error or 'no error text'}"
@@ -390,15 +400,13 @@ def _last_run_succeeded(endpoint: Endpoint) -> bool:
 def _recovery_detail(endpoint: Endpoint, flip: Flip | None) -> str:
     run = Run.objects.filter(endpoint=endpoint, status="success").order_by("-started_at").first()
     code = f" (HTTP {run.status_code})" if run and run.status_code else ""
-    after = f" after {flip.failures} failed runs in a row" if flip else ""
+    after = f" after {count_words(flip.failures, 'failed run')} in a row" if flip else ""
     return f"succeeded again{code}{after}"
 
 
 def _pause_detail(endpoint: Endpoint, now: datetime) -> str:
-    assert endpoint.paused_until is not None
-    until = f"{endpoint.paused_until:%Y-%m-%d %H:%M} UTC"
     reason = endpoint.pause_reason or "no reason given"
-    return f"paused until {until} (for {_words(endpoint.paused_until - now)}): {reason}"
+    return f"paused {endpoint.pause_words(now)}: {reason}"
 
 
 def _stale_detail(endpoint: Endpoint, stale: bool, now: datetime) -> str:
@@ -433,7 +441,9 @@ def remind_and_escalate(*, now: datetime) -> list[Alert]:
         if not _live(endpoint, rule):
             continue
         since = state.failing_since or state.changed_at or now
+        # Still failing when it is told: failures reset since detection end the episode.
         open_episode = AlertState.objects.filter(
+            _endpoint_is(failure_count__gt=0),
             pk=state.pk,
             failing=True,
             acknowledged_at__isnull=True,
@@ -595,4 +605,4 @@ def _headline(kind: str) -> str:
 
 
 def _words(delta: timedelta) -> str:
-    return describe_duration(delta.total_seconds() * 1000)
+    return duration_words(delta.total_seconds() * 1000)

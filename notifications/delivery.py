@@ -24,7 +24,7 @@ from django.db import connection, transaction
 from django.db.models import Count, F, Q
 
 from endpoints.models import JobStatus
-from endpoints.schedules import describe_duration
+from endpoints.wording import duration_words
 from notifications.models import (
     Channel,
     Delivery,
@@ -271,7 +271,7 @@ def attempt(delivery: Delivery, *, lease_until: datetime, clock: Clock, retry: b
         then = (
             "gave up"
             if _gave_up(number, retry)
-            else f"next attempt in {describe_duration(backoff(number).total_seconds() * 1000)}"
+            else f"next attempt in {duration_words(backoff(number).total_seconds() * 1000)}"
         )
         logger.warning(
             "alert delivery failed on channel %s (attempt %d): %s; %s", channel, number, error, then

@@ -87,7 +87,8 @@ def plan_cycle(*, now: datetime | None = None) -> list[AnalysisSession]:
                 sessions.append(session)
     finally:
         _release_cycle_lease(token, now or timezone.now())
-    Heartbeat.beat(HEARTBEAT_ROW, now=now or timezone.now(), sessions=len(sessions))
+    failed = sum(session.status == SessionStatus.FAILED for session in sessions)
+    Heartbeat.beat(HEARTBEAT_ROW, now=now or timezone.now(), sessions=len(sessions), failed=failed)
     return sessions
 
 

@@ -19,6 +19,7 @@ from typing import Any
 
 from endpoints import operations
 from endpoints.models import Endpoint, Run, RunStatus, Source
+from endpoints.wording import count_words
 from planner.models import AnalysisSession
 
 BODY_PREVIEW_CHARS = 1_000
@@ -200,7 +201,8 @@ def _check_object(tool: str, schema: dict[str, Any], value: dict[str, Any]) -> N
     if unknown:
         known = ", ".join(allowed) or "none"
         raise ToolError(
-            f"{tool}: unknown argument(s) {', '.join(unknown)}; this tool takes: {known}. "
+            f"{tool}: {count_words(len(unknown), 'unknown argument')}: {', '.join(unknown)}; "
+            f"this tool takes: {known}. "
             "Tools act only on the endpoint under analysis."
         )
     for key in schema["required"]:

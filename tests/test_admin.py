@@ -471,7 +471,7 @@ def test_list_actions_apply_to_every_selected_endpoint(world: World) -> None:
     )
 
     assert Endpoint.objects.filter(pk__in=selected, paused_until__isnull=False).count() == 2
-    assert "Pause for 24 hours: done for 2 endpoint(s)." in messages_of(response)
+    assert "Pause for 24 hours: done for 2 endpoints." in messages_of(response)
 
 
 def test_pause_until_from_the_list_asks_for_the_time_first(world: World) -> None:

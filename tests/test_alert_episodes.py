@@ -16,7 +16,8 @@ from datetime import timedelta
 import pytest
 from django.db import connection, transaction
 
-from endpoints.models import Endpoint, Flip
+from endpoints.models import Endpoint, Flip, Run, RunStatus
+from endpoints.operations import reset_failures
 from endpoints.secrets import MASK
 from notifications.alerts import acknowledge, consume_flips, notify_cycle
 from notifications.delivery import send_test_message, wait_for_senders
@@ -177,6 +178,48 @@ def test_a_reminder_arrives_on_schedule_and_stops_after_acknowledgement(make_end
     cycles(now + 6 * 60 * M, 1, 10)
     assert smtp.subjects()[-1] == "[Cronicorn] ops/billing recovered"
     assert AlertState.objects.get(pk=endpoint.pk).acknowledged_at is None
+
+
+def test_failures_reset_by_hand_end_the_episode_its_reminders_and_escalation(
+    make_endpoint, smtp, target, tenant, now
+):
+    """``reset_failures`` while the last run failed: no reminder or escalation says
+    "failing" any more, and none says "recovered" either (no run has succeeded); the
+    next streak alerts afresh."""
+    pager = Channel.objects.create(
+        tenant=tenant,
+        name="pager",
+        kind=ChannelKind.WEBHOOK,
+        target=target.url("/pager"),
+        escalation_only=True,
+    )
+    endpoint = make_endpoint(name="billing")
+    AlertRule.objects.create(
+        job=endpoint.job, remind_every_minutes=1, escalate_after_minutes=5, escalate_to=pager
+    )
+    Run.objects.create(
+        endpoint=endpoint, scheduled_for=now, started_at=now, status=RunStatus.FAILURE
+    )
+    engine_writes(endpoint, 3, now)
+    cycles(now, 0, 10)
+    notify_cycle(now=now + 2 * M)
+    notify_cycle(now=now + 2 * M + 10 * S)
+    assert smtp.subjects() == [
+        "[Cronicorn] ops/billing is failing",
+        "[Cronicorn] ops/billing is still failing",
+    ]
+
+    reset_failures(Endpoint.objects.get(pk=endpoint.pk), now=now + 3 * M)
+    for minutes in (4, 6, 10, 30):
+        notify_cycle(now=now + minutes * M)
+        notify_cycle(now=now + minutes * M + 10 * S)
+    assert len(smtp.subjects()) == 2
+    assert target.hits("/pager") == []
+    assert not AlertState.objects.get(pk=endpoint.pk).failing
+
+    engine_writes(endpoint, 3, now + 31 * M)
+    cycles(now + 31 * M, 0, 10)
+    assert smtp.subjects()[-1] == "[Cronicorn] ops/billing is failing"
 
 
 def test_reminders_are_off_by_default(make_endpoint, smtp, now):

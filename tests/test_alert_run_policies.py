@@ -7,16 +7,18 @@ ticks."""
 
 from __future__ import annotations
 
+import io
 import time
 from collections.abc import Callable
 from datetime import timedelta
 
 import pytest
+from django.core.management import call_command
 from django.utils import timezone
 
 from endpoints.embedded import EmbeddedScheduler
 from endpoints.models import Endpoint, HintHistory, HintKind, Job, Run, RunStatus, Slot
-from endpoints.operations import reset_failures, test_endpoint
+from endpoints.operations import OperationRefused, reset_failures, run_now, test_endpoint
 from notifications.alerts import detect_changes
 from notifications.models import Alert, AlertKind, AlertRule
 
@@ -96,6 +98,29 @@ def test_failed_probes_reopening_the_breaker_are_not_told_again(
     assert "Breaker: 2 failed slots in a row" in paused.detail
     # The breaker already said it is broken: the probes' failures are not told again.
     assert alerts(endpoint, AlertKind.FAILING) == []
+
+
+def test_a_breaker_without_a_cool_down_is_said_to_be_paused_until_resumed(
+    scheduler, job, make_endpoint, target
+):
+    job.run_policy = {"breaker_failed_slots": 1}
+    job.full_clean()
+    job.save()
+    target.reply("/gone", status=500)
+    endpoint = make_endpoint(
+        url=target.url("/gone"), baseline_interval_ms=1_000, next_run_at=timezone.now()
+    )
+    assert tick_and_detect_until(scheduler, lambda: bool(alerts(endpoint, AlertKind.PAUSED)), 20)
+
+    [paused] = alerts(endpoint, AlertKind.PAUSED)
+    assert paused.detail.startswith("paused until resumed: Breaker: 1 failed slot in a row")
+    assert paused.detail.endswith("; resume it once the cause is fixed")
+    out = io.StringIO()
+    call_command("endpoints", stdout=out)
+    [line] = [line for line in out.getvalue().splitlines() if endpoint.ref in line]
+    assert line.endswith("until resumed")
+    with pytest.raises(OperationRefused, match="is paused until resumed; resume it first"):
+        run_now(Endpoint.objects.get(pk=endpoint.pk), now=timezone.now())
 
 
 def test_a_probe_that_closes_the_breaker_is_told_as_a_recovery(

@@ -174,7 +174,7 @@ def test_an_endpoint_that_stops_running_alerts_after_its_stale_factor(
     notify_cycle(now=now + 1 * S)
     notify_cycle(now=now + 10 * S)
     assert smtp.subjects() == ["[Cronicorn] ops/nightly has stopped running"]
-    assert "4.0 min" in smtp.messages()[0].get_payload()
+    assert "has not run for 4 minutes 1 second" in smtp.messages()[0].get_payload()
 
 
 @pytest.mark.parametrize("rest", ["blackout", "active period over", "one-off ahead"])
@@ -194,7 +194,7 @@ def test_an_endpoint_its_run_policy_keeps_from_running_is_not_stale(make_endpoin
     assert not [a for a in detect_changes(now=later) if a.kind == AlertKind.STALE]
     if rest == "blackout":  # stale all the same once its run is overdue after the window
         [stale] = [a for a in detect_changes(now=t0 + 3 * H + 4 * M) if a.kind == "stale"]
-        assert stale.detail == "has not run for 3.1 h"
+        assert stale.detail == "has not run for 3 hours 5 minutes"
 
 
 def test_alerts_wait_out_quiet_hours_then_go_as_one_message(make_endpoint, channels, smtp, now):

@@ -237,7 +237,7 @@ def test_runs_filters_by_status_shows_bodies_and_names_the_retried_run(
     add_run(endpoint, 1)
 
     table = command("runs", endpoint.ref, "--status", "failure", "--body")
-    assert f"{endpoint.ref}: latest 1 failure run(s)" in table
+    assert f"{endpoint.ref}: latest 1 failure run" in table
     assert f"--- run {failed.pk} response body ---" in table and '"err": "down"' in table
     listed = json.loads(command("runs", endpoint.ref, "--json"))
     assert [item["retry_of"] for item in listed] == [None, failed.pk, None]

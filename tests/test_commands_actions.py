@@ -130,7 +130,7 @@ def test_test_endpoint_json_carries_the_body_and_long_bodies_are_cut_in_text(
     text = run("test_endpoint", "ops/target", "--lines", "5")
 
     assert data["response_body"].startswith("line 0\nline 1") and data["trigger"] == "test"
-    assert "line 4" in text and "line 5\n" not in text and "95 more line(s)" in text
+    assert "line 4" in text and "line 5\n" not in text and "95 more lines" in text
 
 
 # --- pause and resume -----------------------------------------------------------------
@@ -248,6 +248,23 @@ def test_pause_and_resume_a_whole_job(api: Endpoint, job: Job) -> None:
     run("resume", "--job", str(job.pk))
 
     assert fresh(job).status == "active"
+
+
+@pytest.mark.parametrize("duration", [["--for", "2h"], ["--until", "2026-11-22T14:00:00Z"]])
+@pytest.mark.parametrize("whole", [["--tenant", "Acme"], ["--job", "ops"]])
+def test_a_tenant_or_job_pause_for_a_while_is_refused_saying_what_is_accepted(
+    api: Endpoint, job: Job, whole: list[str], duration: list[str]
+) -> None:
+    """A job's pause is its status, with no end of its own: the command says so and what
+    to do instead, and pauses nothing."""
+    with pytest.raises(CommandError) as refused:
+        run("pause", *whole, *duration)
+
+    message = str(refused.value)
+    assert f"{whole[0]} pauses every endpoint of the" in message
+    assert "takes no --for or --until" in message
+    assert f"resume {whole[0]}" in message and "pause ENDPOINT --for 2h" in message
+    assert fresh(job).status == "active" and fresh(api).paused_until is None
 
 
 def test_resume_needs_an_endpoint_or_a_job(api: Endpoint) -> None:
@@ -369,13 +386,13 @@ def test_tick_claims_the_due_endpoints_and_runs_them_here(
 
     output = run("tick")
 
-    assert "Claimed 2 due endpoint(s); 2 ran." in output
+    assert "Claimed 2 due endpoints; 2 ran." in output
     assert "ops/a: success HTTP 200" in output and "ops/b: failure HTTP 500" in output
     assert Run.objects.filter(trigger="scheduled").count() == 2
     for endpoint in due:
         assert fresh(endpoint).next_run_at > now and endpoint.claim_token is None
     assert not Run.objects.filter(endpoint=later).exists()
-    assert run("tick") == "Claimed 0 due endpoint(s); 0 ran.\n"
+    assert run("tick") == "Claimed 0 due endpoints; 0 ran.\n"
 
 
 @pytest.mark.django_db(transaction=True)
@@ -407,7 +424,7 @@ def test_cleanup_runs_deletes_old_runs_but_keeps_each_endpoints_latest(
 
     kept = sorted((NOW - run.started_at).days for run in Run.objects.all())
     assert kept == [1, 3]  # day 1 is recent; day 3 is among the latest two
-    assert "Deleted 3 run(s) that started before 2026-11-20 12:00 UTC." in output
+    assert "Deleted 3 runs that started before 2026-11-20 12:00 UTC." in output
 
 
 def test_cleanup_runs_defaults_to_the_retention_setting(api: Endpoint, settings: Any) -> None:

@@ -165,7 +165,7 @@ def test_runs_shows_the_newest_runs_first_with_status_code_and_lateness(
     output = run("runs", "ops/api", "--limit", "5")
 
     lines = output.splitlines()
-    assert lines[0] == "ops/api: latest 5 run(s)"
+    assert lines[0] == "ops/api: latest 5 runs"
     assert len(lines) == 2 + 5
     assert "timeout" in lines[2] and "Timed out after 30 s" in lines[2]
     assert "success" in lines[3] and "200" in lines[3] and "40 ms" in lines[3]
@@ -344,7 +344,7 @@ def test_scheduler_status_is_healthy_after_a_recent_tick(db: None, frozen: Any) 
     output = run("scheduler_status")
     status = run_json("scheduler_status")
 
-    assert "Scheduler:   healthy" in output and "(2.0 s ago)" in output
+    assert "Scheduler:   healthy" in output and "(2 seconds ago)" in output
     assert status["healthy"] is True and status["last_tick_age_seconds"] == 2.0
     assert status["planner"]["last_cycle_at"] == "2026-11-22T11:59:30+00:00"
     assert {"due_backlog", "in_flight", "lateness_p95_ms", "failures_last_hour"} <= set(status)

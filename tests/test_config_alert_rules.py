@@ -101,20 +101,94 @@ def test_a_bad_rule_is_refused_with_its_location_and_nothing_is_written(
     assert not AlertRule.objects.exists()
 
 
-def test_reminders_round_trip_and_an_import_keeps_the_escalation_set_elsewhere(
-    tmp_path: Path,
+def with_pager(content: dict[str, Any]) -> dict[str, Any]:
+    content["tenants"][0]["channels"] = [
+        {
+            "name": "pager",
+            "kind": "webhook",
+            "target": "${CRONICORN_SECRET_ACME_CHANNEL_PAGER}",
+            "escalation_only": True,
+        }
+    ]
+    return content
+
+
+ESCALATING = {
+    "after_failures": 2,
+    "remind_every_minutes": 60,
+    "escalate_after_minutes": 30,
+    "escalate_to": "pager",
+}
+
+
+def test_reminders_and_escalation_round_trip_export_import_export_unchanged(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    run_import(tmp_path, document({"after_failures": 2, "remind_every_minutes": 60}))
+    monkeypatch.setenv("CRONICORN_SECRET_ACME_CHANNEL_PAGER", "https://e.com/pager")
+    run_import(tmp_path, with_pager(document(ESCALATING)))
+    rule = AlertRule.objects.select_related("escalate_to").get()
+    assert (rule.remind_every_minutes, rule.escalate_after_minutes) == (60, 30)
+    assert rule.escalate_to is not None and rule.escalate_to.name == "pager"
+    assert rule.escalate_to.escalation_only and rule.escalate_to.tenant == rule.job.tenant
+
+    first = export()
+    exported = yaml.safe_load(first)["tenants"][0]
+    assert exported["jobs"][0]["alerts"] == ESCALATING
+    assert exported["channels"][0]["escalation_only"] is True
+    assert "0 created, 0 updated, 0 archived" in run_import(tmp_path, first)
+    assert export() == first
+
+
+def test_an_escalation_set_elsewhere_goes_with_the_export_to_a_fresh_install(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    run_import(tmp_path, document({"after_failures": 2}))
     rule = AlertRule.objects.get()
-    assert (rule.after_failures, rule.remind_every_minutes) == (2, 60)
-    assert yaml.safe_load(export())["tenants"][0]["jobs"][0]["alerts"] == {
-        "after_failures": 2,
-        "remind_every_minutes": 60,
-    }
     channel = Channel.objects.create(
         tenant=rule.job.tenant, name="boss", kind=ChannelKind.WEBHOOK, target="https://e.com/b"
     )
-    AlertRule.objects.filter(pk=rule.pk).update(escalate_after_minutes=30, escalate_to=channel)
-    run_import(tmp_path, document({"after_failures": 2, "remind_every_minutes": 60}))
-    rule.refresh_from_db()
-    assert (rule.escalate_after_minutes, rule.escalate_to_id) == (30, channel.pk)
+    AlertRule.objects.filter(pk=rule.pk).update(
+        remind_every_minutes=15, escalate_after_minutes=30, escalate_to=channel
+    )
+    first = export()
+
+    Channel.objects.all().delete()
+    AlertRule.objects.all().delete()
+    monkeypatch.setenv("CRONICORN_SECRET_ACME_CHANNEL_BOSS", "https://e.com/b")
+    run_import(tmp_path, first)
+
+    rule = AlertRule.objects.select_related("escalate_to").get()
+    assert (rule.remind_every_minutes, rule.escalate_after_minutes) == (15, 30)
+    assert rule.escalate_to is not None and rule.escalate_to.name == "boss"
+    assert export() == first
+
+
+@pytest.mark.parametrize(
+    ("alerts", "problem"),
+    [
+        ({"escalate_after_minutes": 30}, "alerts.escalate_to: name the channel"),
+        (
+            {"escalate_after_minutes": 30, "escalate_to": "nobody"},
+            "alerts.escalate_to: Acme has no channel named 'nobody'",
+        ),
+    ],
+)
+def test_an_escalation_without_its_channel_is_refused_with_its_location(
+    tmp_path: Path, alerts: dict[str, Any], problem: str
+) -> None:
+    with pytest.raises(CommandError) as raised:
+        run_import(tmp_path, document(alerts))
+    assert problem in str(raised.value)
+    assert not AlertRule.objects.exists()
+
+
+def test_a_file_that_leaves_escalation_out_turns_it_off_like_any_key(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("CRONICORN_SECRET_ACME_CHANNEL_PAGER", "https://e.com/pager")
+    run_import(tmp_path, with_pager(document(ESCALATING)))
+    output = run_import(tmp_path, with_pager(document({"after_failures": 2})))
+    assert "escalate_to" in output
+    rule = AlertRule.objects.get()
+    assert (rule.remind_every_minutes, rule.escalate_after_minutes) == (0, 0)
+    assert rule.escalate_to is None

@@ -102,7 +102,7 @@ def test_the_dashboard_and_the_adaptation_chart_read_in_words(
         sign_in(page, base)
         expect(page.locator("#cc-lateness .cc-value")).to_have_text("340 ms")
         expect(page.locator("#cc-catchup .cc-value")).to_have_text("1")
-        expect(page.locator("#cc-catchup")).to_contain_text("up to 5.6 min late")
+        expect(page.locator("#cc-catchup")).to_contain_text("up to 5 minutes 36 seconds late")
         expect(page.locator("#cc-channels")).to_contain_text("Acme/pager")
         expect(page.locator("#cc-channels")).to_contain_text("HTTP 503")
         header = page.locator("#cc-failing th", has_text="Failures")
@@ -117,8 +117,8 @@ def test_the_dashboard_and_the_adaptation_chart_read_in_words(
         expect(page.locator("#cc-adaptation-panel")).to_contain_text("planner hint active")
         assert chart.locator("rect[fill='#b2ebf2']").count() == 1  # the hint period
         assert chart.locator("rect[fill='#cfd8dc']").count() == 1  # the pause
-        assert "15.0 s" in chart.inner_html() and "1.0 min" in chart.inner_html()
-        expect(page.locator(".field-waiting")).to_contain_text("Backing off after 3 failure(s)")
+        assert "15 seconds" in chart.inner_html() and "1 minute" in chart.inner_html()
+        expect(page.locator(".field-waiting")).to_contain_text("Backing off after 3 failures")
         chart.scroll_into_view_if_needed()
         shot(page, "12-endpoint-adaptation")
         page.locator("#cc-adaptation-panel").screenshot(path=str(shot_path("13-adaptation-chart")))

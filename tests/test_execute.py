@@ -439,7 +439,7 @@ def test_a_catchup_window_shorter_than_a_tick_skips_late_slots_but_never_one_on_
     execute_claim(late)
     skipped = Run.objects.filter(endpoint=endpoint).latest("pk")
     assert skipped.status == RunStatus.SKIPPED
-    assert skipped.error.startswith("Skipped: found 2.0 s late"), skipped.error
+    assert skipped.error.startswith("Skipped: found 2 seconds late"), skipped.error
     assert len(target.hits("/on-time")) == 1
 
 

@@ -661,6 +661,27 @@ def test_the_allowlist_lets_a_named_host_or_network_through(
     assert (result.status, result.body) == ("success", "ok")
 
 
+@pytest.mark.parametrize("host", ["127.0.0.1", "localhost"])
+def test_an_allowlisted_origin_lets_that_port_through_and_no_other(
+    server: HTTPServer, raw_server: Callable[..., RawServer], host: str
+) -> None:
+    # The local set-up allows exactly the demo's own origin, not every loopback service.
+    def answer(conn: socket.socket, stopping: threading.Event) -> None:
+        conn.sendall(head(Content_Length=7) + b"reached")
+
+    other = raw_server(answer)  # 127.0.0.1 too, on another port
+    server.expect_request("/").respond_with_data("ok")
+    policy = NetworkPolicy(allow_private=False, allowlist=(f"{host}:{server.port}",))
+
+    allowed = call(server.url_for("/").replace("127.0.0.1", host), policy=policy)
+    refused = call(other.url.replace("127.0.0.1", host) + "/", policy=policy)
+
+    assert (allowed.status, allowed.body) == ("success", "ok")
+    assert refused.status == "failure"
+    assert refused.error.startswith(f"blocked: {host} ")
+    assert other.connections == 0
+
+
 def test_a_redirect_to_a_blocked_address_is_refused_without_connecting(
     server: HTTPServer, raw_server: Callable[..., RawServer]
 ) -> None:

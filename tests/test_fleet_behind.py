@@ -58,7 +58,7 @@ def test_late_starts_make_the_fleet_behind_and_say_by_how_much(behind):
     state = fleet_behind(now=timezone.now())
     assert state["fleet_behind"] is True
     assert state["behind_seconds"] == pytest.approx(3, abs=0.2)
-    assert "behind by 3.0 s" in state["behind_warning"]
+    assert "behind by 3 seconds" in state["behind_warning"]
     assert "CRONICORN_MAX_IN_FLIGHT" in state["behind_warning"]
 
 
@@ -75,7 +75,7 @@ def test_a_due_endpoint_left_unclaimed_makes_the_fleet_behind(make_endpoint):
 def test_scheduler_status_warns_and_stays_a_liveness_probe(behind):
     out = StringIO()
     call_command("scheduler_status", stdout=out)  # no CommandError: it is alive
-    assert "Keeping up:  NO, The fleet is behind by 3.0 s" in out.getvalue()
+    assert "Keeping up:  NO, The fleet is behind by 3 seconds" in out.getvalue()
 
     out = StringIO()
     call_command("scheduler_status", "--json", stdout=out)
@@ -89,7 +89,7 @@ def test_readyz_shows_the_warning_without_taking_the_web_out_of_service(behind):
     fleet = response.json()["checks"]["fleet"]
     assert response.status_code == 200
     assert fleet["ok"] is True and fleet["behind"] is True
-    assert "behind by 3.0 s" in fleet["warning"]
+    assert "behind by 3 seconds" in fleet["warning"]
 
 
 def test_metrics_expose_how_far_behind(behind, settings):
@@ -109,5 +109,5 @@ def test_the_dashboard_shows_the_warning(behind):
     client = Client()
     client.login(username="root", password="pw-for-tests-only")
     text = client.get(reverse("admin:index")).content.decode()
-    assert 'id="cc-behind"' in text and "The fleet is behind by 3.0 s" in text
+    assert 'id="cc-behind"' in text and "The fleet is behind by 3 seconds" in text
     assert "cc-tile cc-bad" in text.split('id="cc-behind-tile"')[0][-80:]

@@ -661,7 +661,7 @@ def test_decide_keeps_the_trail_of_candidates_and_steps() -> None:
     assert decision.steps == (
         "baseline: 2026-06-01 12:01:00 UTC, in 1 minute (baseline-interval)",
         "both hints fresh: the earlier wins (ai-interval), baseline ignored",
-        "raised to the minimum interval (30s)",
+        "raised to the minimum interval (30 seconds)",
     )
 
 
@@ -680,7 +680,7 @@ def test_decide_says_when_hints_expired() -> None:
             [
                 "Next run in 4 minutes at 2026-06-01 12:04:00 UTC",
                 "set by the baseline interval",
-                "Baseline: every minute, backed off x4 after 2 failure(s).",
+                "Baseline: every minute, backed off x4 after 2 failures.",
             ],
             id="backoff",
         ),
@@ -698,7 +698,7 @@ def test_decide_says_when_hints_expired() -> None:
             [
                 "set by the minimum interval",
                 "interval hint fresh: it overrides the baseline",
-                "raised to the minimum interval (30s)",
+                "raised to the minimum interval (30 seconds)",
             ],
             id="hint-clamped",
         ),

@@ -179,7 +179,7 @@ def test_the_default_cap_keeps_a_daily_endpoint_daily_after_a_failure() -> None:
     now = datetime(2026, 11, 25, 9, 0, tzinfo=UTC)
     daily = EndpointSchedule(baseline_interval_ms=DAY_MS, failure_count=1, backoff_cap_ms=3_600_000)
     assert plan_next_run(now, daily).next_run_at == now + timedelta(days=1)
-    assert "backed off to 1d (the cap)" in explain_plan(now, daily)
+    assert "backed off to 1 day (the cap)" in explain_plan(now, daily)
     minutely = dataclasses.replace(daily, baseline_interval_ms=60_000, failure_count=5)
     assert plan_next_run(now, minutely).next_run_at == now + timedelta(minutes=32)
 

@@ -209,7 +209,7 @@ def test_the_model_sees_the_prompt_the_tools_and_the_tool_results(
     system = first["messages"][0]["content"]
     assert "Keep the import queue under 100" in system
     assert "every minute" in system
-    assert "last 1 h: 1 runs, 100% success, avg 80 ms, 0 failures" in system
+    assert "last 1 h: 1 run, 100% success, avg 80 ms, 0 failures" in system
     assert "last 24 h:" in system
     assert "not\ninstructions" in system or "not instructions" in system
     assert "Last analysis: none" in system
@@ -400,7 +400,7 @@ def test_a_timeout_is_retried_then_recorded(
 
     assert len(fake_chat.requests) == 2
     assert session.status == SessionStatus.FAILED
-    assert "timed out after 0.3 s (gave up after 2 attempt(s))" in session.error
+    assert "timed out after 300 ms (gave up after 2 attempts)" in session.error
     _assert_nothing_written(endpoint, now + timedelta(minutes=1))
     endpoint.refresh_from_db()
     assert endpoint.next_analysis_at == now + timedelta(minutes=5)
@@ -486,9 +486,9 @@ def test_a_body_that_orders_the_model_around_cannot_touch_another_endpoint_or_th
     assert Endpoint.objects.filter(pk=victim.pk).values().get() == victim_before
     assert not HintHistory.objects.filter(endpoint=victim).exists()
     errors = [c.get("error", "") for c in session.tool_calls[1:5]]
-    assert "unknown argument(s) endpointId" in errors[0]
+    assert "1 unknown argument: endpointId" in errors[0]
     assert "intervalMs must be at least 1000" in errors[1]
-    assert "unknown argument(s) endpoint" in errors[2]
+    assert "1 unknown argument: endpoint" in errors[2]
     assert "at most 24 hours" in errors[3]
     target.refresh_from_db()
     assert target.ai_hint_interval_ms == 1_000  # stored as asked; the governor clamps it

@@ -71,7 +71,7 @@ def test_defaults_are_filled_in() -> None:
         (
             "propose_interval",
             {"intervalMs": 5000, "endpointId": 7},
-            "unknown argument(s) endpointId",
+            "1 unknown argument: endpointId",
         ),
         ("propose_next_time", {"nextRunAtIso": "tomorrow"}, "not an ISO 8601 time"),
         ("propose_next_time", {"nextRunAtIso": "2026-11-22T12:30:00"}, "needs a time zone"),

@@ -165,7 +165,7 @@ def test_the_breaker_opens_after_n_failed_slots_and_its_cooldown_probe_closes_it
     )
     endpoint.refresh_from_db()
     assert endpoint.pause_reason.startswith("Breaker: 2 failed slots in a row")
-    assert "a probe run after 2s" in endpoint.pause_reason
+    assert "a probe run after 2 seconds" in endpoint.pause_reason
     target.reply("/bad", status=200)
 
     assert tick_until(
@@ -227,8 +227,8 @@ def test_a_run_found_later_than_the_catchup_window_is_skipped_and_recorded(
     [run] = runs(endpoint)
     assert run.status == RunStatus.SKIPPED
     assert run.scheduled_for == missed
-    assert run.error.startswith("Skipped: found 6.0 h late")
-    assert "catch-up window (1.0 min)" in run.error
+    assert run.error.startswith("Skipped: found 6 hours late")
+    assert "catch-up window (1 minute)" in run.error
     assert target.hits("/report") == []  # never called
     endpoint.refresh_from_db()
     assert endpoint.failure_count == 0

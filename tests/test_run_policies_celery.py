@@ -180,7 +180,7 @@ def test_a_run_found_later_than_the_catchup_window_is_skipped_and_recorded(
 
     [run] = runs(endpoint)
     assert (run.status, run.scheduled_for) == (RunStatus.SKIPPED, missed)
-    assert run.error.startswith("Skipped: found 6.0 h late")
+    assert run.error.startswith("Skipped: found 6 hours late")
     assert target.hits("/report") == []  # never called
     endpoint.refresh_from_db()
     assert endpoint.failure_count == 0

@@ -209,7 +209,7 @@ def test_a_job_runs_now_and_a_tenant_pauses_and_resumes_from_the_commands(
     call_command("pause", paused.ref, "--for", "1h", stdout=io.StringIO())
     out, err = io.StringIO(), io.StringIO()
     call_command("trigger", "--job", job.name, stdout=out, stderr=err)
-    assert "2 endpoint(s) of job ops due now." in out.getvalue()
+    assert "2 endpoints of job ops due now." in out.getvalue()
     assert "paused until" in err.getvalue()
     for endpoint in (one, two):
         endpoint.refresh_from_db()
@@ -218,13 +218,13 @@ def test_a_job_runs_now_and_a_tenant_pauses_and_resumes_from_the_commands(
     other = Job.objects.create(tenant=tenant, name="reports")
     out = io.StringIO()
     call_command("pause", "--tenant", tenant.name, stdout=out)
-    assert "Acme: 2 job(s) paused" in out.getvalue()
+    assert "Acme: 2 jobs paused" in out.getvalue()
     assert set(Job.objects.values_list("status", flat=True)) == {"paused"}
     with pytest.raises(CommandError, match="resume the job first"):
         call_command("trigger", "--job", other.name, stdout=io.StringIO())
     out = io.StringIO()
     call_command("resume", "--tenant", str(tenant.pk), stdout=out)
-    assert "Acme: 2 job(s) resumed." in out.getvalue()
+    assert "Acme: 2 jobs resumed." in out.getvalue()
     assert set(Job.objects.values_list("status", flat=True)) == {"active"}
 
 
@@ -235,7 +235,7 @@ def test_the_api_runs_a_job_now_and_pauses_a_tenant(
     endpoint = make_endpoint()
     response = http.post(f"/jobs/{job.pk}/run")
     assert response.status_code == 200, response.text
-    assert response.json()["detail"] == "1 endpoint(s) of ops due now."
+    assert response.json()["detail"] == "1 endpoint of ops due now."
     endpoint.refresh_from_db()
     assert endpoint.next_run_source == "manual"
     assert http.post(f"/tenants/{tenant.pk}/pause").json()["detail"] == "Acme: 1 job(s) paused."

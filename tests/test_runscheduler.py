@@ -292,4 +292,4 @@ def test_a_shutdown_that_times_out_exits_non_zero_and_says_how_many_runs_were_le
         hold.set()
 
     assert returncode == 3
-    assert "1 run(s) still in flight after the 1 s shutdown timeout" in log.read_text()
+    assert "1 run still in flight after the 1 second shutdown timeout" in log.read_text()

@@ -10,7 +10,6 @@ from hypothesis import strategies as st
 
 from endpoints.schedules import (
     ScheduleError,
-    describe_delta,
     describe_interval,
     describe_schedule,
     format_interval,
@@ -195,22 +194,6 @@ def test_describe_schedule_reads_intervals_like_a_person(ms: int, text: str) -> 
 
 def test_describe_schedule_without_a_schedule_says_so() -> None:
     assert describe_schedule() == "no schedule"
-
-
-@pytest.mark.parametrize(
-    ("delta", "text"),
-    [
-        (timedelta(minutes=5), "in 5 minutes"),
-        (timedelta(seconds=1), "in 1 second"),
-        (timedelta(0), "in 0 seconds"),
-        (timedelta(seconds=-3), "3 seconds ago"),
-        (timedelta(hours=25), "in 1 day"),
-        (timedelta(hours=-2, minutes=-10), "2 hours ago"),
-    ],
-    ids=str,
-)
-def test_describe_delta_reads_relative_times(delta: timedelta, text: str) -> None:
-    assert describe_delta(delta) == text
 
 
 @pytest.mark.parametrize("name", ["UTC", "Europe/Berlin", "America/New_York", "Asia/Kolkata"])

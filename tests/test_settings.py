@@ -136,7 +136,7 @@ def start(env: dict[str, str]) -> subprocess.CompletedProcess[str]:
         for key, value in os.environ.items()
         if not key.startswith(("CRONICORN_", "DJANGO_", "DATABASE_", "DEBUG"))
     }
-    keep.update(DJANGO_SETTINGS_MODULE="cronicorn_site.settings", **env)
+    keep.update(DJANGO_SETTINGS_MODULE="cronicorn_site.settings", CRONICORN_ENV_FILE="", **env)
     code = "import django; django.setup(); from django.conf import settings; print(settings.DEBUG)"
     return subprocess.run(
         [sys.executable, "-c", code],

@@ -15,6 +15,7 @@ from api.pagination import DEFAULT_LIMIT, Page, keyset_page
 from api.schemas import JobIn, JobOut, JobPage, JobPatch, JobStatusFilter, Message
 from endpoints import operations
 from endpoints.models import Job, Tenant
+from endpoints.wording import count_words
 
 router = Router(tags=["jobs"])
 
@@ -108,7 +109,7 @@ def run_job_now(principal: Principal, job_id: int) -> Message:
     flight are left out, and named)."""
     job = scoped_job(principal, job_id)
     due, left_out = operations.run_job_now(job, now=timezone.now(), user=principal.user)
-    detail = f"{due} endpoint(s) of {job.name} due now."
+    detail = f"{count_words(due, 'endpoint')} of {job.name} due now."
     if left_out:
         detail += " Left out: " + " ".join(left_out)
     return Message(detail=detail)

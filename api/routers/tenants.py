@@ -10,6 +10,7 @@ from api.operations import operation
 from api.schemas import Message, SigningSecretOut, TenantOut
 from endpoints import operations
 from endpoints.models import Endpoint, Tenant
+from endpoints.wording import count_words
 from planner.analysis import tokens_spent_this_month
 
 router = Router(tags=["tenant"])
@@ -71,7 +72,7 @@ def pause_tenant(principal: Principal, tenant_id: int) -> Message:
     """Pause every active job of the tenant: nothing of it runs until resume_tenant."""
     tenant = get_scoped(principal, Tenant.objects.all(), "pk", tenant_id)
     count = operations.pause_tenant(tenant, now=timezone.now(), user=principal.user)
-    return Message(detail=f"{tenant.name}: {count} job(s) paused.")
+    return Message(detail=f"{tenant.name}: {count_words(count, 'job')} paused.")
 
 
 @operation(
@@ -86,4 +87,4 @@ def resume_tenant(principal: Principal, tenant_id: int) -> Message:
     """Resume every paused job of the tenant; each endpoint is planned afresh."""
     tenant = get_scoped(principal, Tenant.objects.all(), "pk", tenant_id)
     count = operations.resume_tenant(tenant, now=timezone.now(), user=principal.user)
-    return Message(detail=f"{tenant.name}: {count} job(s) resumed.")
+    return Message(detail=f"{tenant.name}: {count_words(count, 'job')} resumed.")

@@ -20,7 +20,8 @@ from django.utils.safestring import SafeString
 from endpoints import operations
 from endpoints.governor import ENDED, SOURCE_WORDS, preview_runs
 from endpoints.models import Endpoint
-from endpoints.schedules import describe_delta, format_interval
+from endpoints.schedules import format_interval
+from endpoints.wording import count_words, delta_words
 
 PRETTY_JSON_LIMIT = 200_000
 
@@ -57,7 +58,7 @@ def next_run_words(endpoint: Endpoint, now: datetime) -> str:
     if endpoint.next_run_at is None:
         return "not planned yet"
     source = SOURCE_WORDS.get(endpoint.next_run_source, endpoint.next_run_source or "unknown")
-    return f"{describe_delta(endpoint.next_run_at - now)} ({source})"
+    return f"{delta_words(endpoint.next_run_at - now)} ({source})"
 
 
 def _hint_fresh(endpoint: Endpoint, now: datetime) -> bool:
@@ -93,7 +94,7 @@ def hint_summary(endpoint: Endpoint, now: datetime) -> SafeString:
         "<strong>{}</strong>, expires {} ({}).<br>Reason: {}",
         _hint_words(endpoint).capitalize(),
         when(expires),
-        describe_delta(expires - now),
+        delta_words(expires - now),
         endpoint.ai_hint_reason or "—",
     )
 
@@ -114,7 +115,7 @@ def waiting_words(endpoint: Endpoint, now: datetime, *, in_flight_of_job: int) -
         return ""
     if endpoint.is_paused(now):
         reason = endpoint.pause_reason or "no reason given"
-        return f"Paused until {when(endpoint.paused_until)}: {reason}."
+        return f"Paused {endpoint.pause_words(now)}: {reason}."
     due = endpoint.next_run_at is not None and endpoint.next_run_at <= now
     limit = endpoint.job.max_concurrent
     if due and limit is not None and in_flight_of_job >= limit:
@@ -125,7 +126,7 @@ def waiting_words(endpoint: Endpoint, now: datetime, *, in_flight_of_job: int) -
     if endpoint.failure_count and endpoint.baseline_interval_ms and endpoint.next_run_at:
         factor = 2 ** min(endpoint.failure_count, 5)
         return (
-            f"Backing off after {endpoint.failure_count} failure(s) in a row: "
+            f"Backing off after {count_words(endpoint.failure_count, 'failure')} in a row: "
             f"{factor} times the interval, next attempt at {when(endpoint.next_run_at)}."
         )
     return ""

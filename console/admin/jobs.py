@@ -58,8 +58,10 @@ from console.charts import (
 from endpoints import operations
 from endpoints.governor import explain_plan
 from endpoints.models import Endpoint, HintHistory, HintKind, Job, Run, RunStatus, Tenant
+from endpoints.policies import lasts_until_resumed
 from endpoints.schedules import describe_schedule, format_interval
 from endpoints.secrets import USERINFO_REGEX
+from endpoints.wording import count_words
 from notifications.forms import MovableJobForm
 from planner.models import AnalysisSession
 
@@ -93,13 +95,13 @@ class TenantAdmin(DeletesForGood, NoSecretLookups):
     def pause_tenants(self, request: HttpRequest, queryset: QuerySet[Tenant]) -> None:
         for tenant in queryset:
             count = operations.pause_tenant(tenant, now=timezone.now(), user=request.user)
-            self.message_user(request, f"{tenant.name}: {count} job(s) paused.")
+            self.message_user(request, f"{tenant.name}: {count_words(count, 'job')} paused.")
 
     @admin.action(description="Resume every paused job of the selected tenants")
     def resume_tenants(self, request: HttpRequest, queryset: QuerySet[Tenant]) -> None:
         for tenant in queryset:
             count = operations.resume_tenant(tenant, now=timezone.now(), user=request.user)
-            self.message_user(request, f"{tenant.name}: {count} job(s) resumed.")
+            self.message_user(request, f"{tenant.name}: {count_words(count, 'job')} resumed.")
 
     @admin.action(description="Rotate the signing secret (the previous one signs for a while)")
     def rotate_signing_secret(self, request: HttpRequest, queryset: QuerySet[Tenant]) -> None:
@@ -224,7 +226,7 @@ class JobAdmin(DeletesForGood, TenantScopedAdmin):
             except operations.OperationRefused as exc:
                 self.message_user(request, f"{job.name}: {exc}", messages.ERROR)
                 continue
-            self.message_user(request, f"{job.name}: {due} endpoint(s) due now.")
+            self.message_user(request, f"{job.name}: {count_words(due, 'endpoint')} due now.")
             for reason in left_out:
                 self.message_user(request, f"{job.name}: left out: {reason}", messages.WARNING)
 
@@ -260,7 +262,9 @@ class JobAdmin(DeletesForGood, TenantScopedAdmin):
             except operations.OperationRefused as exc:
                 self.message_user(request, f"{job.name}: {exc}", messages.ERROR)
         if names:
-            self.message_user(request, f"{len(names)} job(s) {done}: {', '.join(names)}.")
+            self.message_user(
+                request, f"{count_words(len(names), 'job')} {done}: {', '.join(names)}."
+            )
 
 
 def _list_action(name: str) -> Callable[..., Any]:
@@ -403,9 +407,9 @@ class EndpointAdmin(DeletesForGood, TenantScopedAdmin):
         if obj.is_paused(now):
             badges.append(
                 format_html(
-                    '<span class="cc-badge cc-paused" title="{}">paused until {}</span>',
+                    '<span class="cc-badge cc-paused" title="{}">paused {}</span>',
                     obj.pause_reason,
-                    when(obj.paused_until),
+                    obj.pause_words(now),
                 )
             )
         hint = hint_badge(obj, now)
@@ -448,10 +452,11 @@ class EndpointAdmin(DeletesForGood, TenantScopedAdmin):
 
     @admin.display(description="paused")
     def pause_state(self, obj: Endpoint) -> str:
-        if not obj.is_paused(timezone.now()):
+        now = timezone.now()
+        if not obj.is_paused(now):
             return "No."
         reason = f" — {obj.pause_reason}" if obj.pause_reason else ""
-        return f"Until {when(obj.paused_until)}{reason}"
+        return f"{obj.pause_words(now).capitalize()}{reason}"
 
     def change_view(
         self,
@@ -563,7 +568,7 @@ class EndpointAdmin(DeletesForGood, TenantScopedAdmin):
                 self.message_user(request, outcome.message, outcome.level)
             return
         if done:
-            self.message_user(request, f"{label}: done for {len(done)} endpoint(s).")
+            self.message_user(request, f"{label}: done for {count_words(len(done), 'endpoint')}.")
         for outcome in [o for o in outcomes if o.level == messages.ERROR]:
             self.message_user(request, outcome.message, messages.ERROR)
 
@@ -721,6 +726,8 @@ class HintHistoryAdmin(RecordAdmin):
             return f"every {format_interval(obj.interval_ms)}"
         if obj.next_run_at is not None:
             return f"once at {when(obj.next_run_at)}"
+        if obj.paused_until is not None and lasts_until_resumed(obj.reason):
+            return "paused until resumed"
         if obj.paused_until is not None:
             return f"paused until {when(obj.paused_until)}"
         return "—"

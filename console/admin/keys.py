@@ -10,6 +10,7 @@ from django.http import HttpRequest
 from django.utils import timezone
 
 from api.models import KEY_PREFIX, ApiKey
+from endpoints.wording import count_words
 
 
 @admin.register(ApiKey)
@@ -68,4 +69,6 @@ class ApiKeyAdmin(admin.ModelAdmin):
     @admin.action(description="Revoke the selected keys")
     def revoke(self, request: HttpRequest, queryset: QuerySet[ApiKey]) -> None:
         count = queryset.filter(revoked_at=None).update(revoked_at=timezone.now())
-        self.message_user(request, f"{count} key(s) revoked; they stop working at once.")
+        self.message_user(
+            request, f"{count_words(count, 'key')} revoked; they stop working at once."
+        )

@@ -27,6 +27,7 @@ from endpoints.governor import SOURCE_WORDS, preview_runs
 from endpoints.models import Endpoint, JobStatus
 from endpoints.policies import resolve_policy
 from endpoints.schedules import describe_schedule
+from endpoints.wording import count_words
 
 PREVIEW_COUNT = 10
 
@@ -120,7 +121,7 @@ def _notes(endpoint: Endpoint, *, shown: int) -> list[str]:
     elif shown == 0:
         notes.append("With these values it never runs again.")
     elif shown < PREVIEW_COUNT:
-        notes.append(f"With these values it runs only {shown} more time(s).")
+        notes.append(f"With these values it runs only {count_words(shown, 'more time')}.")
     if not endpoint.job_id:
         notes.append(
             "No job chosen yet: its run policy defaults and its tenant's minimum "

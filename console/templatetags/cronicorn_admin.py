@@ -10,7 +10,7 @@ from django.utils import timezone
 
 from console.admin.filters import user_tenant_ids
 from console.dashboard import build_dashboard
-from endpoints.schedules import describe_duration
+from endpoints.wording import duration_words
 
 register = template.Library()
 
@@ -22,6 +22,4 @@ def cronicorn_dashboard(context: template.Context) -> dict[str, Any]:
     return {"now": now, **build_dashboard(tenant_ids=user_tenant_ids(request), now=now)}
 
 
-@register.filter
-def duration_words(ms: float | None) -> str:
-    return describe_duration(ms)
+register.filter("duration_words", duration_words)

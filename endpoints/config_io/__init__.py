@@ -1,6 +1,6 @@
 """Configuration as code: tenants, jobs and endpoints in a YAML or JSON file.
 
-The format (``export_config`` writes it, ``plan_import`` reads it)::
+The format (``export_config`` writes it, ``plan_import`` reads it; every key is shown)::
 
     version: 1
     tenants:
@@ -15,15 +15,29 @@ The format (``export_config`` writes it, ``plan_import`` reads it)::
             kind: webhook             # email | webhook | apprise
             target: ${CRONICORN_SECRET_ACME_ONCALL_URL}
             enabled: true
+          - name: pager
+            kind: apprise
+            target: ${CRONICORN_SECRET_ACME_PAGER}
+            escalation_only: true     # gets escalations only, not every alert
         jobs:
           - name: billing
             description: Nightly billing and its health checks.
             max_concurrent: 1
+            run_policy:               # the job's run policy: defaults of its endpoints
+              retry_attempts: 3
+              breaker_failed_slots: 5
+              blackout: [{start: "02:00", end: "04:00", days: [sat, sun]}]
             alerts:                   # the job's alert rule (the notifications app)
+              enabled: true
               after_failures: 2
+              on_recovery: true
+              on_pause: true
               stale_factor: 3
               quiet_from: "22:00"     # UTC; give both ends or neither
               quiet_until: "07:00"
+              remind_every_minutes: 60    # while failing and not acknowledged; 0: never
+              escalate_after_minutes: 30  # then once to escalate_to; 0: never
+              escalate_to: pager          # a channel of this tenant, by name
             endpoints:
               - name: queue
                 url: https://billing.example.com/queue
@@ -33,11 +47,19 @@ The format (``export_config`` writes it, ``plan_import`` reads it)::
                 body: {"probe": true}
                 timeout: 10s
                 max_response_size_kb: 100
-                baseline_interval: 5m         # or baseline_cron + timezone
+                baseline_interval: 5m         # or baseline_cron + timezone:
+                # baseline_cron: "*/5 * * * *"
+                # timezone: Europe/Berlin
                 min_interval: 30s
                 max_interval: 1h
                 description: Tighten while the queue is deep.
+                run_policy: {expected_status: [200], catchup_window_ms: 60000}  # key by key
                 alerts: {on_pause: false}     # this endpoint's override of the job's rule
+
+A run policy's keys (``expected_status``, ``retry_attempts``, ``breaker_cooldown_ms``,
+windows, ``active_from``/``active_until``, ``run_once_at`` ...) are listed in
+``endpoints/policies.py`` and the README's "Run policies"; an endpoint's overrides its
+job's key by key.
 
 Jobs and endpoints are declarative: a key left out takes its default, so the file is the
 whole definition. Runtime state (next run, hints, pauses, failures, job status) is never
@@ -53,8 +75,8 @@ HMAC secret and every channel target are written as a ``${CRONICORN_SECRET_...}`
 reference named after tenant, job, endpoint and header (or channel), which must be set in
 the environment when the file is imported again. Channels, like jobs, are declarative;
 ones the file leaves out are kept. An ``alerts`` rule is declarative too (its keys left
-out take their defaults: after 3 failures, on recovery, on pause); a job or endpoint
-without ``alerts`` keeps the rule it has.
+out take their defaults: after 3 failures, on recovery, on pause, no reminders, no
+escalation); a job or endpoint without ``alerts`` keeps the rule it has.
 
 Import is all or nothing: every entry is checked (schema, then the model's ``full_clean``,
 the single home of the rules) before anything is written, every problem is reported with

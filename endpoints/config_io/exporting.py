@@ -77,6 +77,7 @@ def _export_channels(tenant: Tenant, references: list[str]) -> list[dict[str, An
             "kind": channel.kind,
             "target": _reference(references, tenant.name, "CHANNEL", channel.name),
             **({} if channel.enabled else {"enabled": False}),
+            **({"escalation_only": True} if channel.escalation_only else {}),
         }
         for channel in model.objects.filter(tenant=tenant).order_by("name")
     ]

@@ -20,6 +20,7 @@ from endpoints.config_io.schema import (
     CHANNEL_KEYS,
     DEFINITION_FIELDS,
     ENDPOINT_KEYS,
+    ESCALATE_TO,
     JOB_KEYS,
     SCHEDULE_CHOICE,
     TENANT_KEYS,
@@ -90,6 +91,9 @@ class _Planner:
     problems: list[str] = field(default_factory=list)
     writes: list[_Write] = field(default_factory=list)
     pruned: list[Endpoint] = field(default_factory=list)
+    # The channels the file declares, by tenant and channel name: an alert rule's
+    # escalate_to names one, maybe created by this very import.
+    channels: dict[tuple[str, str], models.Model] = field(default_factory=dict)
 
     def invalid(
         self, where: str, error: ValidationError, keys: dict[str, str], skip: set[str]
@@ -168,10 +172,11 @@ def _plan_channel(planner: _Planner, tenant: Tenant, spec: ChannelSpec) -> None:
     existing = model.objects.filter(tenant=tenant, name=spec.name).first() if tenant.pk else None
     channel = existing or model(tenant=tenant, name=spec.name)
     channel.tenant = tenant
-    desired = {"kind": "", "target": "", "enabled": True, **spec.values}
+    desired = {"kind": "", "target": "", "enabled": True, "escalation_only": False, **spec.values}
     old = _snapshot(channel, desired)
     for model_field, value in desired.items():
         setattr(channel, model_field, value)
+    planner.channels[tenant.name, spec.name] = channel
     _validate(planner, channel, spec, CHANNEL_KEYS, exclude=["tenant"])
     _record(planner, "channel", f"{tenant.name}/{spec.name}", channel, old, CHANNEL_KEYS)
 
@@ -262,6 +267,9 @@ def _plan_alerts(
     rule = existing or model(job=job, endpoint=endpoint)
     desired = {k.model_field: field_default(model, k.model_field) for k in ALERT_KEYS.values()}
     desired.update(spec.values)
+    tenant = job.tenant if job is not None else cast(Endpoint, endpoint).job.tenant
+    if isinstance(name := desired[ESCALATE_TO], str):
+        desired[ESCALATE_TO] = _escalation_channel(planner, tenant, name, spec.where)
     old = _snapshot(rule, desired)
     for model_field, value in desired.items():
         setattr(rule, model_field, value)
@@ -278,7 +286,28 @@ def _plan_alerts(
         )
     if isinstance(rule.after_failures, int) and rule.after_failures < 1:
         planner.problems.append(f"{spec.where}.after_failures: alert after at least 1 failure")
+    if rule.escalate_after_minutes and rule.escalate_to is None and ESCALATE_TO not in skip:
+        planner.problems.append(
+            f"{spec.where}.escalate_to: name the channel escalations go to, or leave out "
+            "escalate_after_minutes"
+        )
     _record(planner, "alert rule", label, rule, old, ALERT_KEYS)
+
+
+def _escalation_channel(
+    planner: _Planner, tenant: Tenant, name: str, where: str
+) -> models.Model | None:
+    """The tenant's channel named ``name``: one the file declares, else one it has."""
+    if (tenant.name, name) in planner.channels:
+        return planner.channels[tenant.name, name]
+    model = apps.get_model("notifications", "Channel")
+    channel = model.objects.filter(tenant=tenant, name=name).first() if tenant.pk else None
+    if channel is None:
+        planner.problems.append(
+            f"{where}.escalate_to: {tenant.name} has no channel named {name!r}; declare it "
+            "under the tenant's channels"
+        )
+    return channel
 
 
 def _file_keys(keys: dict[str, Key]) -> dict[str, str]:

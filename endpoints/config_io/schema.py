@@ -172,6 +172,7 @@ CHANNEL_KEYS = {
     "kind": Key("kind", _text),
     "target": Key("target", lambda value: value),  # resolved with its references
     "enabled": Key("enabled", _flag),
+    "escalation_only": Key("escalation_only", _flag),
 }
 ALERT_KEYS = {
     "enabled": Key("enabled", _flag),
@@ -181,9 +182,12 @@ ALERT_KEYS = {
     "stale_factor": Key("stale_factor", _whole),
     "quiet_from": Key("quiet_from", _clock, _clock_to_file),
     "quiet_until": Key("quiet_until", _clock, _clock_to_file),
-    # Escalation names a channel: set in the admin or the API, kept by an import.
     "remind_every_minutes": Key("remind_every_minutes", _whole),
+    "escalate_after_minutes": Key("escalate_after_minutes", _whole),
+    # A channel of the same tenant, by name (the import finds it: ``ESCALATE_TO``).
+    "escalate_to": Key("escalate_to", _name, lambda channel: channel.name if channel else None),
 }
+ESCALATE_TO = "escalate_to"
 SCHEDULE_CHOICE = frozenset({"baseline_cron", "baseline_interval_ms"})
 DEFINITION_FIELDS = tuple(key.model_field for key in ENDPOINT_KEYS.values())
 

@@ -177,7 +177,7 @@ class _GuardedResolver(aiohttp.abc.AbstractResolver):
         self, host: str, port: int = 0, family: socket.AddressFamily = socket.AF_INET
     ) -> list[aiohttp.abc.ResolveResult]:
         found = await _resolve(host, port)
-        self._guard.check(host, [address for address, _family, _proto in found])
+        self._guard.check(host, [address for address, _family, _proto in found], port)
         flags = socket.AI_NUMERICHOST | socket.AI_NUMERICSERV
         return [
             {
@@ -505,11 +505,12 @@ async def _check_host(url: httpx.URL, policy: NetworkPolicy) -> None:
     Legacy numeric forms (``2130706433``) are resolved to say where they lead, then
     refused by aiohttp if allowed."""
     host = url.host
+    port = url.port or (443 if url.scheme == "https" else 80)
     if ip_literal(host) is not None:
-        _guard(policy).check(host, [host])
+        _guard(policy).check(host, [host], port)
     elif is_ip_address(host):
-        found = await _resolve(host, url.port or 0)
-        _guard(policy).check(host, [address for address, _family, _proto in found])
+        found = await _resolve(host, port)
+        _guard(policy).check(host, [address for address, _family, _proto in found], port)
         raise ExecutorError(f"invalid URL host {host!r}: write IPv4 addresses as a.b.c.d")
 
 

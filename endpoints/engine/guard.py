@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import ipaddress
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -20,7 +21,9 @@ ALLOW_HINT = "set CRONICORN_ALLOW_PRIVATE_ADDRESSES or CRONICORN_SSRF_ALLOWLIST 
 @dataclass(frozen=True)
 class NetworkPolicy:
     allow_private: bool
-    allowlist: tuple[str, ...] = ()  # hostnames or CIDRs allowed even if private
+    # Hosts, addresses or CIDRs allowed even if private; `host:port` (`[v6]:port`) allows
+    # that port only, e.g. the local set-up's own demo origin, not all of loopback.
+    allowlist: tuple[str, ...] = ()
     max_redirects: int = 5
     user_agent: str = "Cronicorn-Django/0.1"
 
@@ -45,6 +48,7 @@ class BlockedAddressError(ExecutorError):
 
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
+IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
 METADATA_ADDRESSES = frozenset(
     {ipaddress.ip_address("169.254.169.254"), ipaddress.ip_address("fd00:ec2::254")}
 )
@@ -94,32 +98,54 @@ class AddressGuard:
 
     def __init__(self, policy: NetworkPolicy) -> None:
         self.allow_private = policy.allow_private
-        self.networks: list[ipaddress.IPv4Network | ipaddress.IPv6Network] = []
-        self.hostnames: set[str] = set()
+        self.networks: list[tuple[IPNetwork, int | None]] = []
+        self.hostnames: set[str] = set()  # allowed on any port
+        self.host_ports: set[tuple[str, int]] = set()
         for entry in policy.allowlist:
+            host, port = split_port(entry.strip())
             try:
-                self.networks.append(ipaddress.ip_network(entry.strip(), strict=False))
+                self.networks.append((ipaddress.ip_network(host, strict=False), port))
             except ValueError:
-                self.hostnames.add(entry.strip().lower().rstrip("."))
+                name = host.lower().rstrip(".")
+                if port is None:
+                    self.hostnames.add(name)
+                else:
+                    self.host_ports.add((name, port))
 
-    def check(self, host: str, addresses: Iterable[str]) -> None:
-        """Raise BlockedAddressError unless every address of `host` may be called."""
-        if self.allow_private or host.lower().rstrip(".") in self.hostnames:
+    def check(self, host: str, addresses: Iterable[str], port: int | None = None) -> None:
+        """Raise BlockedAddressError unless every address of `host` may be called on
+        `port` (None: an entry naming a port does not apply)."""
+        name = host.lower().rstrip(".")
+        if self.allow_private or name in self.hostnames or (name, port) in self.host_ports:
             return
         for address in addresses:
-            self._check(host, ipaddress.ip_address(address.split("%")[0]))
+            self._check(host, ipaddress.ip_address(address.split("%")[0]), port)
 
-    def _check(self, host: str, ip: IPAddress) -> None:
+    def _check(self, host: str, ip: IPAddress, port: int | None) -> None:
         kind = blocked_kind(ip)
-        if kind is None or self._allowlisted(ip):
+        if kind is None or self._allowlisted(ip, port):
             return
         if ip_literal(host) is not None:
             raise BlockedAddressError(f"blocked: {host} is {kind} address; {ALLOW_HINT}")
         raise BlockedAddressError(f"blocked: {host} resolves to {ip}, {kind} address; {ALLOW_HINT}")
 
-    def _allowlisted(self, ip: IPAddress) -> bool:
+    def _allowlisted(self, ip: IPAddress, port: int | None) -> bool:
         candidates = [ip] + [e for e in [_embedded_ipv4(ip)] if e is not None]
-        return any(c in network for c in candidates for network in self.networks)
+        return any(
+            c in network and allowed in (None, port)
+            for c in candidates
+            for network, allowed in self.networks
+        )
+
+
+def split_port(entry: str) -> tuple[str, int | None]:
+    """``host:port`` or ``[v6]:port`` into its parts; anything else (a host, an address,
+    a CIDR, a bare IPv6 address) has no port."""
+    match = re.fullmatch(r"\[([^\]]+)\]:(\d{1,5})|([^:\[\]]+):(\d{1,5})", entry)
+    if match is None:
+        return entry.strip("[]"), None
+    host = match.group(1) or match.group(3)
+    return host, int(match.group(2) or match.group(4))
 
 
 @functools.lru_cache(maxsize=4096)

@@ -50,6 +50,16 @@ def sweep_zombies(*, now: datetime) -> int:
     return lost
 
 
+def retention_cycle(*, now: datetime) -> int:
+    """One pass of the retention loop (the hourly prune task, ``runscheduler``'s
+    maintenance loop): ``prune_runs``, then the ``prune`` heartbeat with how many runs it
+    deleted. ``cleanup_runs`` calls ``prune_runs`` alone: its shifted ``now`` is no
+    loop's time."""
+    deleted = prune_runs(now=now)
+    Heartbeat.beat("prune", now=now, deleted=deleted)
+    return deleted
+
+
 def prune_runs(*, now: datetime, exact: bool = False) -> int:
     """Delete runs older than the retention, always keeping each endpoint's latest runs
     (``CRONICORN_RUN_RETENTION_KEEP``) and every run still in flight.

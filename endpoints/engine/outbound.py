@@ -128,7 +128,7 @@ def _checked(sock: socket.socket, address: Any) -> Any:
         if found in _state.allowed:
             continue
         try:
-            guard.check(host, [found])
+            guard.check(host, [found], port)
         except BlockedAddressError as exc:
             _refuse(str(exc))
     return (addresses[0], port, *rest)

@@ -39,17 +39,17 @@ from endpoints.models import (
     Slot,
 )
 from endpoints.policies import (
-    BREAKER_HOLD_MS,
     BREAKER_REASON_PREFIX,
     NEEDS_PERSON,
     RETRYABLE,
     PolicyError,
     RunPolicy,
+    breaker_pause,
     resolve_policy,
     retry_after_ms,
 )
 from endpoints.policies import DEFAULT as DEFAULT_POLICY
-from endpoints.schedules import describe_duration, format_interval
+from endpoints.wording import count_words, duration_words
 
 RESULT_STATUS = {
     "success": RunStatus.SUCCESS,
@@ -161,7 +161,7 @@ def log_rescheduled(outcome: Outcome, values: Mapping[str, Any]) -> None:
     }
     logger.log(
         level,
-        f"{ref} {word}{code} in {describe_duration(result.duration_ms)}, {then}{error}",
+        f"{ref} {word}{code} in {duration_words(result.duration_ms)}, {then}{error}",
         extra={**_ids(outcome.claim, outcome.run.pk), **fields},
     )
 
@@ -284,7 +284,9 @@ def failed_slots_reason(policy: RunPolicy, failures: int, last: str) -> str:
     end, and where a plan outside a run ends a slot's retries (``operations``)."""
     limit = policy.breaker_failed_slots
     if limit is not None and failures >= limit:
-        return f"{BREAKER_REASON_PREFIX}{failures} failed slots in a row (last: {last})"
+        return (
+            f"{BREAKER_REASON_PREFIX}{count_words(failures, 'failed slot')} in a row (last: {last})"
+        )
     return ""
 
 
@@ -303,19 +305,13 @@ def pause_by_breaker(pk: int, policy: RunPolicy, *, now: datetime, reason: str) 
     and its first run is the probe: a success closes the breaker (the count resets), a
     failure opens it again. A pause a person set meanwhile is kept: "" then, else the
     pause's words."""
-    cooldown = policy.breaker_cooldown_ms
-    hold = cooldown if cooldown is not None else BREAKER_HOLD_MS
+    hold, text = breaker_pause(reason, policy.breaker_cooldown_ms)
     until = now + timedelta(milliseconds=hold)
-    text = reason + (
-        f"; a probe run after {format_interval(cooldown)}"
-        if cooldown is not None
-        else "; resume it once the cause is fixed"
-    )
     with transaction.atomic():
         # The endpoint's row first, as every writer of both rows locks them.
         if not Endpoint.objects.filter(
             Q(paused_until__isnull=True) | Q(paused_until__lte=now), pk=pk
-        ).update(paused_until=until, pause_reason=text[:1000]):
+        ).update(paused_until=until, pause_reason=text):
             return ""
         Slot.objects.filter(pk=pk, claim_token__isnull=True).update(
             next_run_at=until, next_run_source=PAUSED
@@ -324,7 +320,7 @@ def pause_by_breaker(pk: int, policy: RunPolicy, *, now: datetime, reason: str) 
             endpoint_id=pk,
             kind=HintKind.PAUSE,
             paused_until=until,
-            reason=text[:1000],
+            reason=text,
             created_at=now,
         )
     return text

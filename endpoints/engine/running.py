@@ -65,8 +65,8 @@ from endpoints.models import (
     Slot,
     Source,
 )
-from endpoints.schedules import describe_duration
 from endpoints.secrets import strip_userinfo
+from endpoints.wording import duration_words
 
 # The database is away (restart, failover, network): worth trying the same writes again,
 # unlike an error in the data. psycopg reports a lost or refused connection, and a
@@ -172,8 +172,8 @@ class Started:
             return None
         return not_called(
             "skipped",
-            f"Skipped: found {describe_duration(int(late.total_seconds() * 1000))} late, "
-            f"more than the catch-up window ({describe_duration(window)}); "
+            f"Skipped: found {duration_words(int(late.total_seconds() * 1000))} late, "
+            f"more than the catch-up window ({duration_words(window)}); "
             "the next slot is planned instead",
         )
 

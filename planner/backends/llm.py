@@ -25,6 +25,7 @@ from endpoints.governor import SOURCE_WORDS
 from endpoints.models import Endpoint, RunStatus
 from endpoints.schedules import describe_interval, describe_schedule
 from endpoints.secrets import strip_userinfo
+from endpoints.wording import count_words, duration_words
 from planner.models import AnalysisSession
 from planner.tools import (
     MAX_NEXT_ANALYSIS_MS,
@@ -124,7 +125,7 @@ class ChatClient:
                 return reply
             if attempt + 1 < attempts:
                 self._sleep(wait if wait is not None else BACKOFF_SECONDS * 2**attempt)
-        raise LLMError(f"{problem} (gave up after {attempts} attempt(s))")
+        raise LLMError(f"{problem} (gave up after {count_words(attempts, 'attempt')})")
 
     def _attempt(self, payload: dict[str, Any]) -> tuple[dict[str, Any] | None, str, float | None]:
         """One request: (reply, "", None), or (None, transient problem, suggested wait)."""
@@ -133,7 +134,11 @@ class ChatClient:
         try:
             response = self.http.post(url, json=payload, headers=self._headers(), timeout=timeout)
         except httpx.TimeoutException:
-            return None, f"The LLM API at {url} timed out after {timeout:.1f} s", None
+            return (
+                None,
+                f"The LLM API at {url} timed out after {duration_words(timeout * 1000)}",
+                None,
+            )
         except httpx.TransportError as exc:
             return None, self._scrub(f"Could not reach the LLM API at {url}: {exc}"), None
         if response.status_code == 429 or response.status_code >= 500:
@@ -376,7 +381,7 @@ def health_lines(endpoint: Endpoint, now: datetime) -> list[str]:
             lines.append(f"- last {hours} h: no runs")
             continue
         lines.append(
-            f"- last {hours} h: {runs} runs, {100 * ok / runs:.0f}% success, "
-            f"avg {avg or 0:.0f} ms, {runs - ok} failures"
+            f"- last {hours} h: {count_words(runs, 'run')}, {100 * ok / runs:.0f}% success, "
+            f"avg {duration_words(avg or 0)}, {count_words(runs - ok, 'failure')}"
         )
     return lines

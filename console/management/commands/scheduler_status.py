@@ -10,10 +10,10 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db.models import Count, Q, Sum
 from django.utils import timezone
 
-from endpoints.health import scheduler_health
+from endpoints.health import loop_beats, scheduler_health
 from endpoints.management.commands._shared import iso, to_json
 from endpoints.models import Heartbeat
-from endpoints.schedules import describe_duration
+from endpoints.wording import count_words, duration_words
 from planner.models import AnalysisSession, SessionStatus
 
 
@@ -21,9 +21,10 @@ class Command(BaseCommand):
     help = (
         "Show scheduler health: last tick and its age, due backlog, runs in flight, "
         "lateness (p50/p95) and failures over the last hour, zombies, whether the fleet "
-        "keeps up (a warning when runs start more than CRONICORN_BEHIND_SECONDS late), and "
-        "the planner's last cycle and sessions. Exits non-zero when the last tick is older than "
-        "CRONICORN_READY_MAX_TICK_AGE_SECONDS (or --max-tick-age), so it works as a "
+        "keeps up (a warning when runs start more than CRONICORN_BEHIND_SECONDS late), "
+        "the planner's sessions, and when each loop (tick, zombie sweep, run retention, "
+        "planner, alerts) last ran and what it did. Exits non-zero when the last tick is "
+        "older than CRONICORN_READY_MAX_TICK_AGE_SECONDS (or --max-tick-age), so it works as a "
         "health probe."
     )
 
@@ -68,6 +69,7 @@ def collect_status(now: datetime, *, max_tick_age: float) -> dict[str, Any]:
         "max_tick_age_seconds": max_tick_age,
         "maintenance_at": _beat_at("maintenance"),
         "planner": planner_status(now),
+        "loops": [{**loop, "at": iso(loop["at"])} for loop in loop_beats(now=now)],
     }
 
 
@@ -99,13 +101,14 @@ def as_text(status: dict[str, Any]) -> str:
     late = "-"
     if status["lateness_p50_ms"] is not None:
         late = (
-            f"p50 {describe_duration(status['lateness_p50_ms'])}, "
-            f"p95 {describe_duration(status['lateness_p95_ms'])}"
+            f"p50 {duration_words(status['lateness_p50_ms'])}, "
+            f"p95 {duration_words(status['lateness_p95_ms'])}"
         )
     if status["catchup_runs_last_hour"]:
+        catchups = count_words(status["catchup_runs_last_hour"], "catch-up run")
         late += (
-            f"; {status['catchup_runs_last_hour']} catch-up run(s) after downtime, up to "
-            f"{describe_duration(status['catchup_max_late_ms'])} late"
+            f"; {catchups} after downtime, up to "
+            f"{duration_words(status['catchup_max_late_ms'])} late"
         )
     keeping_up = "NO, " + status["behind_warning"] if status["fleet_behind"] else "yes"
     if not status["healthy"]:
@@ -114,15 +117,26 @@ def as_text(status: dict[str, Any]) -> str:
     lines = [
         f"Scheduler:   {'healthy' if status['healthy'] else 'NOT HEALTHY: ' + status['problem']}",
         f"Last tick:   {status['last_tick_at'] or 'never'}"
-        + (f" ({age:.1f} s ago)" if age is not None else ""),
-        f"Due backlog: {status['due_backlog']} endpoint(s) due and not yet claimed",
-        f"In flight:   {status['in_flight']} run(s); zombies: {status['zombies']}",
-        f"Last hour:   {status['runs_last_hour']} run(s), {status['failures_last_hour']} "
-        f"failed; lateness {late}",
+        + (f" ({duration_words(age * 1000)} ago)" if age is not None else ""),
+        f"Due backlog: {count_words(status['due_backlog'], 'endpoint')} due and not yet claimed",
+        f"In flight:   {count_words(status['in_flight'], 'run')}; zombies: {status['zombies']}",
+        f"Last hour:   {count_words(status['runs_last_hour'], 'run')}, "
+        f"{status['failures_last_hour']} failed; lateness {late}",
         f"Keeping up:  {keeping_up}",
-        f"Maintenance: {status['maintenance_at'] or 'never'}",
         f"Planner:     {planner['backend']}; last cycle {planner['last_cycle_at'] or 'never'}; "
-        f"{planner['sessions_last_hour']} session(s) in the last hour "
+        f"{count_words(planner['sessions_last_hour'], 'session')} in the last hour "
         f"({planner['failed_sessions_last_hour']} failed, {planner['tokens_last_hour']} tokens)",
+        "Loops (last run, what it did):",
+        *(_loop_line(loop) for loop in status["loops"]),
     ]
     return "\n".join(lines)
+
+
+def _loop_line(loop: dict[str, Any]) -> str:
+    """One loop of ``collect_status``'s ``loops`` (its time already in ISO 8601)."""
+    if loop["at"] is None:
+        return f"  {loop['label']:<14} never"
+    return (
+        f"  {loop['label']:<14} {loop['at']} ({loop['age_seconds']:.1f} s ago)"
+        f"{': ' + loop['did'] if loop['did'] else ''}"
+    )

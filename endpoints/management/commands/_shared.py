@@ -11,8 +11,9 @@ from django.utils.dateparse import parse_datetime
 
 from endpoints.governor import SOURCE_WORDS
 from endpoints.models import Endpoint, Job, Tenant
-from endpoints.schedules import ScheduleError, describe_delta, parse_interval
+from endpoints.schedules import ScheduleError, parse_interval
 from endpoints.validation import longest_problem
+from endpoints.wording import delta_words
 
 REF_HELP = "the endpoint, as job/endpoint or its numeric id"
 
@@ -115,7 +116,7 @@ def next_run_words(endpoint: Endpoint, now: datetime) -> str:
         return "never (archived)"
     if endpoint.next_run_at is None:
         return "not planned"
-    when = describe_delta(endpoint.next_run_at - now)
+    when = delta_words(endpoint.next_run_at - now)
     return f"{when} ({endpoint.next_run_source or 'unknown'})"
 
 
@@ -125,6 +126,6 @@ def describe_endpoint_state(endpoint: Endpoint, now: datetime) -> str:
         return f"{endpoint.ref}: {next_run_words(endpoint, now)}."
     source = SOURCE_WORDS.get(endpoint.next_run_source, endpoint.next_run_source)
     return (
-        f"{endpoint.ref}: next run {describe_delta(endpoint.next_run_at - now)} "
+        f"{endpoint.ref}: next run {delta_words(endpoint.next_run_at - now)} "
         f"at {endpoint.next_run_at:%Y-%m-%d %H:%M:%S} UTC, set by {source}."
     )

@@ -11,6 +11,7 @@ from django.utils import timezone
 
 from endpoints.engine.maintenance import prune_runs
 from endpoints.management.commands._shared import parse_duration
+from endpoints.wording import count_words
 
 
 class Command(BaseCommand):
@@ -38,6 +39,8 @@ class Command(BaseCommand):
         # prune_runs deletes what started before ``now - retention``; shifting ``now``
         # moves that cutoff to ``now - older_than`` without a second copy of the rules.
         deleted = prune_runs(now=now - older_than + retention, exact=True)
+        cutoff = now - older_than
         self.stdout.write(
-            f"Deleted {deleted} run(s) that started before {now - older_than:%Y-%m-%d %H:%M} UTC."
+            f"Deleted {count_words(deleted, 'run')} that started before "
+            f"{cutoff:%Y-%m-%d %H:%M} UTC."
         )

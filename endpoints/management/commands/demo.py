@@ -16,11 +16,12 @@ from endpoints.config_io.documents import ConfigError
 from endpoints.config_io.importing import import_document
 from endpoints.engine.guard import AddressGuard, BlockedAddressError, NetworkPolicy
 from endpoints.models import Endpoint, Job, JobStatus
-from endpoints.operations import resume_job
+from endpoints.operations import resume_job, run_job_now
 
 DEMO_TENANT = "Demo"
 DEMO_JOB = "demo"
 ADMIN_USERNAME = "admin"
+INBOX_VARIABLE = "CRONICORN_SECRET_DEMO_CHANNEL_INBOX"  # the name export_endpoints gives it
 
 
 def demo_document(base_url: str) -> dict[str, Any]:
@@ -79,7 +80,15 @@ def demo_document(base_url: str) -> dict[str, Any]:
         "over a ten-minute cycle.",
         "endpoints": endpoints,
     }
-    tenant = {"name": DEMO_TENANT, "members": [ADMIN_USERNAME], "jobs": [job]}
+    # Alerts go to the demo's own inbox, so `test_channel Demo/inbox` and the alert pages
+    # have something to show without any outside service.
+    inbox = {"name": "inbox", "kind": "webhook", "target": f"${{{INBOX_VARIABLE}}}"}
+    tenant = {
+        "name": DEMO_TENANT,
+        "members": [ADMIN_USERNAME],
+        "channels": [inbox],
+        "jobs": [job],
+    }
     return {"version": 1, "tenants": [tenant]}
 
 
@@ -110,16 +119,23 @@ class Command(BaseCommand):
         try:
             with transaction.atomic():
                 ensure_admin(password)
-                import_document(demo_document(base_url), environ={}, now=now, prune=True)
+                environ = {INBOX_VARIABLE: f"{base_url}/demo/inbox/"}
+                import_document(demo_document(base_url), environ=environ, now=now, prune=True)
                 job = Job.objects.get(tenant__name=DEMO_TENANT, name=DEMO_JOB)
                 if job.status != JobStatus.ACTIVE:
                     resume_job(job, now=now)
+                # Each endpoint runs once as soon as the scheduler is up, so the dashboard
+                # shows answers at once rather than after a first interval of silence.
+                run_job_now(job, now=now)
         except ConfigError as exc:
             raise CommandError(
                 f"--base-url {base_url!r} does not make valid endpoints:\n  "
                 + "\n  ".join(exc.problems)
             ) from None
-        self.stdout.write(f"Demo ready: tenant {DEMO_TENANT!r}, job {DEMO_JOB!r}.")
+        self.stdout.write(
+            f"Demo ready: tenant {DEMO_TENANT!r}, job {DEMO_JOB!r}; each endpoint runs once "
+            "as soon as the scheduler is up, then on its schedule."
+        )
         for endpoint in Endpoint.objects.live().filter(job=job):
             self.stdout.write(f"  {endpoint.ref:<22} {endpoint.url}")
         self.stdout.write(f"Sign in at {base_url}/admin/ as")
@@ -131,10 +147,12 @@ class Command(BaseCommand):
 def guard_refuses(base_url: str) -> str | None:
     """Why the outbound guard, as configured, would refuse ``base_url``'s host; None if
     it would not (the demo's targets run on this machine: allowed or allowlisted)."""
-    host = urlsplit(base_url).hostname or ""
+    url = urlsplit(base_url)
+    host = url.hostname or ""
+    port = url.port or (443 if url.scheme == "https" else 80)
     try:
         addresses = {str(info[4][0]) for info in socket.getaddrinfo(host, None)}
-        AddressGuard(NetworkPolicy.from_settings()).check(host, addresses)
+        AddressGuard(NetworkPolicy.from_settings()).check(host, addresses, port)
     except BlockedAddressError as exc:
         return str(exc)
     except OSError:

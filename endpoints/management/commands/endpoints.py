@@ -89,7 +89,7 @@ def pause_words(endpoint: Endpoint, now: datetime) -> str:
     if endpoint.job.status != JobStatus.ACTIVE:
         return f"job {endpoint.job.status}"
     if endpoint.is_paused(now):
-        return f"until {endpoint.paused_until:%Y-%m-%d %H:%M}"
+        return endpoint.pause_words(now, brief=True)
     return "-"
 
 

@@ -28,7 +28,8 @@ from endpoints.management.commands._shared import (
     to_json,
 )
 from endpoints.models import Endpoint
-from endpoints.schedules import describe_delta, describe_schedule, format_interval
+from endpoints.schedules import describe_schedule, format_interval
+from endpoints.wording import count_words, delta_words
 
 
 class Command(BaseCommand):
@@ -149,7 +150,7 @@ def as_text(endpoint: Endpoint, decision: Decision) -> str:
         mark = "*" if candidate == decision.chosen else " "
         lines.append(
             f"   {mark} {candidate.source:<18} {candidate.at:%Y-%m-%d %H:%M:%S}  "
-            f"({describe_delta(candidate.at - now)})"
+            f"({delta_words(candidate.at - now)})"
         )
     lines.append("  steps:")
     lines += [f"    - {step}" for step in decision.steps]
@@ -157,7 +158,7 @@ def as_text(endpoint: Endpoint, decision: Decision) -> str:
         lines.append(f"No next run ({plan.source}): {decision.steps[-1]}.")
     else:
         lines.append(
-            f"Next run {describe_delta(plan.next_run_at - now)} at "
+            f"Next run {delta_words(plan.next_run_at - now)} at "
             f"{plan.next_run_at:%Y-%m-%d %H:%M:%S} UTC, set by {SOURCE_WORDS[plan.source]} "
             f"({plan.source})."
         )
@@ -172,7 +173,7 @@ def _baseline_words(endpoint: Endpoint) -> str:
         baseline_interval_ms=endpoint.baseline_interval_ms,
     )
     if endpoint.failure_count:
-        words += f"; {endpoint.failure_count} failure(s) in a row"
+        words += f"; {count_words(endpoint.failure_count, 'failure')} in a row"
     return words
 
 

@@ -17,13 +17,23 @@ from endpoints.management.commands._shared import (
     parse_when,
 )
 from endpoints.operations import OperationRefused, pause_endpoint, pause_job, pause_tenant
+from endpoints.wording import count_words
+
+# A job's pause is its status (the claim skips a paused job): it has no end to set.
+UNTIL_RESUMED = (
+    "{option} pauses every endpoint of the {what} until 'resume {option}': a {what} pause "
+    "has no end of its own, so it takes no --for or --until. Pause it now and resume it "
+    "later, or pause each endpoint for a while: manage.py pause ENDPOINT --for 2h."
+)
 
 
 class Command(BaseCommand):
     help = (
         "Pause an endpoint until a time (--for 2h or --until ISO): it does not run until "
         "then, and runs again on its own afterwards. With --job JOB, pause every endpoint "
-        "of the job until 'resume --job JOB'."
+        "of the job until 'resume --job JOB'; with --tenant TENANT, every active job of the "
+        "tenant until 'resume --tenant TENANT'. A job or tenant pause has no end of its "
+        "own, so it takes no --for or --until."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
@@ -54,12 +64,14 @@ class Command(BaseCommand):
         now = timezone.now()
         try:
             if options["tenant"]:
-                if options["endpoint"] or options["job"] or options["duration"] or options["until"]:
-                    raise CommandError("--tenant pauses a whole tenant; give nothing else.")
+                if options["duration"] or options["until"]:
+                    raise CommandError(UNTIL_RESUMED.format(option="--tenant", what="tenant"))
+                if options["endpoint"] or options["job"]:
+                    raise CommandError("--tenant pauses a whole tenant; give no ENDPOINT or --job.")
                 tenant = find_tenant(options["tenant"])
                 count = pause_tenant(tenant, now=now)
                 self.stdout.write(
-                    f"{tenant.name}: {count} job(s) paused; resume with: "
+                    f"{tenant.name}: {count_words(count, 'job')} paused; resume with: "
                     f"manage.py resume --tenant {tenant.name}"
                 )
             elif options["job"]:
@@ -70,10 +82,10 @@ class Command(BaseCommand):
             raise CommandError(str(exc)) from None
 
     def pause_job(self, options: dict[str, Any], now: Any) -> None:
-        if options["endpoint"] or options["duration"] or options["until"]:
-            raise CommandError(
-                "--job pauses a job until 'resume --job'; give no ENDPOINT, --for or --until."
-            )
+        if options["duration"] or options["until"]:
+            raise CommandError(UNTIL_RESUMED.format(option="--job", what="job"))
+        if options["endpoint"]:
+            raise CommandError("--job pauses a whole job; give no ENDPOINT.")
         job = find_job(options["job"])
         pause_job(job, now=now)
         self.stdout.write(

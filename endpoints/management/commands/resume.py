@@ -15,6 +15,7 @@ from endpoints.management.commands._shared import (
     find_tenant,
 )
 from endpoints.operations import OperationRefused, resume_endpoint, resume_job, resume_tenant
+from endpoints.wording import count_words
 
 
 class Command(BaseCommand):
@@ -42,7 +43,7 @@ class Command(BaseCommand):
             if options["tenant"]:
                 tenant = find_tenant(options["tenant"])
                 count = resume_tenant(tenant, now=now)
-                self.stdout.write(f"{tenant.name}: {count} job(s) resumed.")
+                self.stdout.write(f"{tenant.name}: {count_words(count, 'job')} resumed.")
                 return
             if options["job"]:
                 job = find_job(options["job"])

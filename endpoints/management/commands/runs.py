@@ -14,6 +14,7 @@ from endpoints.management.commands._shared import (
     to_json,
 )
 from endpoints.models import Run, RunStatus
+from endpoints.wording import count_words, duration_words
 
 
 class Command(BaseCommand):
@@ -67,7 +68,9 @@ class Command(BaseCommand):
             "LATE",
             "RETRY OF",
         ]
-        self.stdout.write(f"{endpoint.ref}: latest {len(runs)}{which} run(s)")
+        self.stdout.write(
+            f"{endpoint.ref}: latest {count_words(len(runs), which.lstrip() + ' run')}"
+        )
         self.stdout.write(table([*headers, "ERROR"], [as_row(run) for run in runs], widest=50))
         if options["body"]:
             for run in runs:
@@ -83,8 +86,8 @@ def as_row(run: Run) -> list[str]:
         run.source or "-",
         run.status,
         str(run.status_code or "-"),
-        f"{run.duration_ms} ms" if run.duration_ms is not None else "-",
-        f"{lateness_ms(run)} ms",
+        duration_words(run.duration_ms) if run.duration_ms is not None else "-",
+        duration_words(lateness_ms(run)),
         str(run.retry_of_id or "-"),
         " ".join(run.error.split()) or "-",
     ]

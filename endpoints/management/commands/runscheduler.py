@@ -13,6 +13,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from endpoints.embedded import EmbeddedScheduler, load_cycle
 from endpoints.engine.dispatch import freeze_startup_heap
+from endpoints.wording import count_words, duration_words
 
 logger = logging.getLogger("cronicorn.scheduler")
 
@@ -85,7 +86,7 @@ class Command(BaseCommand):
             notify_cycle=load_cycle("notify"),
         )
         freeze_startup_heap()
-        logger.info("scheduler started: at most %d run(s) in flight", max_in_flight)
+        logger.info("scheduler started: at most %s in flight", count_words(max_in_flight, "run"))
         scheduler.run(stop, duration=duration)
         timeout = settings.CRONICORN_SHUTDOWN_TIMEOUT_SECONDS
         if scheduler.shutdown(timeout=timeout):
@@ -94,7 +95,8 @@ class Command(BaseCommand):
         left = scheduler.dispatcher.in_flight
         # Non-zero, so a supervisor (or a person) sees that runs were cut off.
         raise CommandError(
-            f"{left} run(s) still in flight after the {timeout} s shutdown timeout "
+            f"{count_words(left, 'run')} still in flight after the "
+            f"{duration_words(timeout * 1000)} shutdown timeout "
             "(CRONICORN_SHUTDOWN_TIMEOUT_SECONDS); exiting without them: their leases expire "
             "and the zombie sweep marks them lost, then their slots are retried.",
             returncode=3,

@@ -11,6 +11,7 @@ from endpoints.management.commands import runs
 from endpoints.management.commands._shared import add_endpoint_argument, find_endpoint, to_json
 from endpoints.models import Run, RunStatus
 from endpoints.operations import OperationRefused, test_endpoint
+from endpoints.wording import count_words
 
 
 class Command(BaseCommand):
@@ -52,7 +53,10 @@ def as_text(ref: str, run: Run, *, max_lines: int) -> str:
     body = body_text(run.response_body)
     lines = body.splitlines()
     if max_lines and len(lines) > max_lines:
-        lines = [*lines[:max_lines], f"… {len(lines) - max_lines} more line(s); use --lines 0"]
+        lines = [
+            *lines[:max_lines],
+            f"… {count_words(len(lines) - max_lines, 'more line')}; use --lines 0",
+        ]
     if run.response_truncated:
         lines.append(f"(cut at the endpoint's {run.response_size_bytes} byte cap)")
     return "\n".join([head, *lines])

@@ -13,6 +13,7 @@ from endpoints.engine.dispatch import ClaimDispatcher
 from endpoints.management.commands._shared import to_json
 from endpoints.management.commands.runs import as_json
 from endpoints.models import Run
+from endpoints.wording import count_words
 
 
 class Command(BaseCommand):
@@ -32,7 +33,7 @@ class Command(BaseCommand):
         if options["json"]:
             self.stdout.write(to_json([{"endpoint_id": r.endpoint_id, **as_json(r)} for r in runs]))
             return
-        self.stdout.write(f"Claimed {len(claims)} due endpoint(s); {len(runs)} ran.")
+        self.stdout.write(f"Claimed {count_words(len(claims), 'due endpoint')}; {len(runs)} ran.")
         for run in runs:
             code = f" HTTP {run.status_code}" if run.status_code else ""
             self.stdout.write(f"  {run.endpoint.ref}: {run.status}{code} in {run.duration_ms} ms")

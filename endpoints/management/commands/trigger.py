@@ -9,6 +9,7 @@ from django.utils import timezone
 
 from endpoints.management.commands._shared import REF_HELP, find_endpoint, find_job
 from endpoints.operations import OperationRefused, run_job_now, run_now
+from endpoints.wording import count_words
 
 
 class Command(BaseCommand):
@@ -34,7 +35,7 @@ class Command(BaseCommand):
                 due, left_out = run_job_now(job, now=timezone.now())
             except OperationRefused as exc:
                 raise CommandError(str(exc)) from None
-            self.stdout.write(f"{due} endpoint(s) of job {job.name} due now.")
+            self.stdout.write(f"{count_words(due, 'endpoint')} of job {job.name} due now.")
             for reason in left_out:
                 self.stderr.write(f"left out: {reason}")
             return
