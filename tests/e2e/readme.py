@@ -184,7 +184,10 @@ class Shell:
         marker = f"__readme_done_{self.count}__"
         assert self.process.stdin is not None
         # A strict block that fails ends the session (set -e), which fails the test.
-        self.process.stdin.write(f"source {script} </dev/null\necho; echo {marker} $?\n")
+        # Its status is kept before the newline that ends its last line of output.
+        self.process.stdin.write(
+            f"source {script} </dev/null; __status=$?; echo; echo {marker} $__status\n"
+        )
         self.process.stdin.flush()
         return self._until(marker, timeout)
 

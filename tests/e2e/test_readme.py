@@ -52,6 +52,19 @@ def test_a_console_block_is_matched_line_by_line_in_order() -> None:
     assert missing_lines(("z", "x …"), "x 1\nz\n") == ["x …"]
 
 
+def test_the_shell_reports_each_command_s_status_and_a_strict_block_stops_at_a_failure(
+    tmp_path: Path,
+) -> None:
+    shell = Shell(tmp_path, clean_environment())
+    try:
+        assert shell.run("echo one; false") == (1, "one\n\n")
+        assert shell.run("echo two") == (0, "two\n\n")
+        status, output = shell.run("false\necho three", strict=True)
+        assert status != 0 and "three" not in output
+    finally:
+        shell.close()
+
+
 def clean_environment(**extra: str) -> dict[str, str]:
     """What `env -i HOME=$HOME PATH=$PATH bash` leaves: no variable of the test run."""
     path = os.pathsep.join(
