@@ -186,10 +186,18 @@ def loop_beats(*, now: datetime) -> list[LoopBeat]:
                 "at": beat.at if beat else None,
                 "age_seconds": round((now - beat.at).total_seconds(), 1) if beat else None,
                 "info": info,
-                "did": ", ".join(f"{key.replace('_', ' ')} {value}" for key, value in info.items()),
+                "did": ", ".join(
+                    f"{key.replace('_', ' ')} {info[key]}" for key in sorted(info, key=_said_order)
+                ),
             }
         )
     return rows
+
+
+def _said_order(key: str) -> tuple[bool, str]:
+    """PostgreSQL's jsonb keeps no key order (it sorts keys by length), so the counts are
+    said in one of their own: alphabetical, failures last ("sessions 3, failed 0")."""
+    return key == "failed", key
 
 
 def minute_summary(*, now: datetime) -> MinuteSummary:

@@ -8,7 +8,6 @@ import json
 import os
 import subprocess
 import sys
-import textwrap
 from collections.abc import Callable, Iterator
 from datetime import timedelta
 from pathlib import Path
@@ -20,7 +19,6 @@ from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core.management import CommandError, call_command
 
-from endpoints import config_io
 from endpoints.governor import EndpointSchedule, plan_next_run
 from endpoints.models import Endpoint, Job, Slot, Tenant
 
@@ -775,19 +773,3 @@ def test_import_and_export_through_manage_py(
     )
     assert broken.returncode != 0 and broken.stdout == ""
     assert f"{E0}.method" in broken.stderr
-
-
-def test_the_format_example_in_the_module_docstring_imports(
-    write: Callable[..., Path], monkeypatch: pytest.MonkeyPatch
-) -> None:
-
-    example = config_io.__doc__.split("::\n", 1)[1].split("\n\n", 1)[0]  # type: ignore[union-attr]
-    get_user_model().objects.create_user("alice")
-    monkeypatch.setenv("CRONICORN_SECRET_ACME_HMAC", "h")
-    monkeypatch.setenv("CRONICORN_SECRET_BILLING_TOKEN", "t")
-    monkeypatch.setenv("CRONICORN_SECRET_ACME_ONCALL_URL", "https://hooks.example.com/oncall")
-
-    run_import(write(textwrap.dedent(example)))
-
-    endpoint = Endpoint.objects.get(name="queue")
-    assert endpoint.headers == {"Authorization": "t"} and endpoint.min_interval_ms == 30_000

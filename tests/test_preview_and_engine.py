@@ -316,7 +316,7 @@ def test_a_policy_edit_that_ends_the_retries_opens_the_breaker_the_count_reaches
         probe_at,
         "paused",
     )
-    assert endpoint.pause_reason.startswith("Breaker: 1 failed slots in a row (last: ")
+    assert endpoint.pause_reason.startswith("Breaker: 1 failed slot in a row (last: ")
     assert HintHistory.objects.get(endpoint=endpoint, kind="pause").paused_until == probe_at
 
 

@@ -238,9 +238,9 @@ def test_the_api_runs_a_job_now_and_pauses_a_tenant(
     assert response.json()["detail"] == "1 endpoint of ops due now."
     endpoint.refresh_from_db()
     assert endpoint.next_run_source == "manual"
-    assert http.post(f"/tenants/{tenant.pk}/pause").json()["detail"] == "Acme: 1 job(s) paused."
+    assert http.post(f"/tenants/{tenant.pk}/pause").json()["detail"] == "Acme: 1 job paused."
     assert Job.objects.get(pk=job.pk).status == "paused"
-    assert http.post(f"/tenants/{tenant.pk}/resume").json()["detail"] == "Acme: 1 job(s) resumed."
+    assert http.post(f"/tenants/{tenant.pk}/resume").json()["detail"] == "Acme: 1 job resumed."
     stranger = Tenant.objects.create(name="Other")
     assert http.post(f"/tenants/{stranger.pk}/pause").status_code == 404
 

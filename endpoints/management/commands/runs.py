@@ -69,7 +69,7 @@ class Command(BaseCommand):
             "RETRY OF",
         ]
         self.stdout.write(
-            f"{endpoint.ref}: latest {count_words(len(runs), which.lstrip() + ' run')}"
+            f"{endpoint.ref}: latest {count_words(len(runs), (which + ' run').lstrip())}"
         )
         self.stdout.write(table([*headers, "ERROR"], [as_row(run) for run in runs], widest=50))
         if options["body"]:
