@@ -34,7 +34,7 @@ LAST_USED_PRECISION = timedelta(minutes=1)
 # What the admin lets only superusers do (endpoints/admin.py: "Only superusers delete or
 # manage tenants"; TenantAdmin, the signing-secret action, every has_delete_permission).
 # A staff member's session has exactly the admin's rights through the API, so these
-# answer 403 to it; tests/test_api_sessions.py checks each against the admin itself.
+# answer 403 to it; tests/api/test_sessions.py checks each against the admin itself.
 SUPERUSER_ONLY_OPERATIONS = frozenset(
     {
         "delete_endpoint",

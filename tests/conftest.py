@@ -1,6 +1,11 @@
-"""Shared fixtures: small factories for tenants, jobs and endpoints.
+"""The fixtures every folder shares, each defined once: a tenant, its job and endpoints
+(``tenant``, ``job``, ``make_endpoint``), the two-tenant world of the admin and API tests
+(``world``, ``api_world``, built in tests/world.py), a tenant's API key and an HTTP client
+of the served API (``key``, ``http``), a fixed ``now`` and a recording HTTP ``target``.
 
-Keep fixtures that only one behaviour needs inside that behaviour's test file.
+A folder's own conftest.py holds what only its tests share; a fixture one file needs
+stays in that file. Tests that need their rows committed (a live server, a process)
+say so with ``pytest.mark.django_db(transaction=True)``; ``live_server`` implies it.
 """
 
 from __future__ import annotations
@@ -9,10 +14,12 @@ from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from typing import Any
 
+import httpx
 import pytest
 
 from endpoints.models import Endpoint, Job, Tenant
 from tests.http_targets import TargetServer
+from tests.world import ApiWorld, World, build_api_world, build_world, make_key
 
 
 @pytest.fixture
@@ -63,3 +70,29 @@ def target() -> Iterator[TargetServer]:
     """A recording HTTP server on 127.0.0.1 (see tests/http_targets.py)."""
     with TargetServer() as server:
         yield server
+
+
+@pytest.fixture
+def world(db: None) -> World:
+    """Two tenants with one of everything, their staff users and a superuser."""
+    return build_world()
+
+
+@pytest.fixture
+def api_world(db: None) -> ApiWorld:
+    """``world`` with API keys (write, read-only, expired, revoked), channels and rules."""
+    return build_api_world()
+
+
+@pytest.fixture
+def key(tenant: Tenant) -> str:
+    """A write key of ``tenant``, raw."""
+    return make_key(tenant)
+
+
+@pytest.fixture
+def http(live_server: Any, key: str) -> Iterator[httpx.Client]:
+    """The API served on a live server, as ``tenant`` with ``key``: paths from /api/v1."""
+    headers = {"Authorization": f"Bearer {key}"}
+    with httpx.Client(base_url=f"{live_server.url}/api/v1", headers=headers, timeout=30) as c:
+        yield c

@@ -5,6 +5,7 @@ until released)."""
 from __future__ import annotations
 
 import json
+import socket
 import sys
 import threading
 import time
@@ -12,6 +13,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 nothing listens on now (for a server a test starts)."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
 
 
 @dataclass

@@ -31,7 +31,7 @@ from mcp.client.stdio import StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
 
 from tests.e2e.readme import Block, Shell, blocks, console_commands, missing_lines, unmarked
-from tests.test_processes import free_port
+from tests.http_targets import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"

@@ -11,7 +11,6 @@ import glob
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import tempfile
 import time
@@ -21,16 +20,12 @@ from pathlib import Path
 import psycopg
 import redis
 
+from tests.http_targets import free_port
+
 # initdb and postgres refuse to run as root: as root, the cluster belongs to the Debian
 # package's `postgres` user (runuser); as anyone else, to that user.
 PG_USER = "postgres"
 AS_ROOT = os.geteuid() == 0
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 def wait_for(condition: Callable[[], bool], *, timeout: float, what: str) -> None:
