@@ -10,16 +10,44 @@ say so with ``pytest.mark.django_db(transaction=True)``; ``live_server`` implies
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from typing import Any
 
 import httpx
 import pytest
+from django.core.management.base import CommandError
+from django.db import OperationalError
+from django.test import TransactionTestCase
 
 from endpoints.models import Endpoint, Job, Tenant
 from tests.http_targets import TargetServer
 from tests.world import ApiWorld, World, build_api_world, build_world, make_key
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    TransactionTestCase._fixture_teardown = _flush_again_if_chosen_as_deadlock_victim  # type: ignore[method-assign]
+
+
+_flush = TransactionTestCase._fixture_teardown
+
+
+def _flush_again_if_chosen_as_deadlock_victim(self: TransactionTestCase) -> None:
+    """Empty the database after a transactional test, again if PostgreSQL chose the flush
+    as a deadlock's victim: what PostgreSQL asks of every client whose transaction it
+    aborts so, and what the flush's TRUNCATE of every table can meet while a process the
+    test started is still finishing a transaction. Fixtures stop their processes before
+    the flush (tests/run_policies/test_run_policies_celery.py ``fleet``); this is the
+    net under that rule, so that one slow exit costs a retry, not the next test's rows."""
+    for attempt in range(3):
+        try:
+            _flush(self)
+            return
+        except CommandError as exc:
+            if attempt == 2 or not isinstance(exc.__cause__, OperationalError):
+                raise
+            time.sleep(0.5 * (attempt + 1))
 
 
 @pytest.fixture

@@ -18,7 +18,7 @@ import pytest
 from django.core.management import call_command
 from django.utils import timezone
 
-from endpoints.models import Endpoint, Heartbeat, Run, RunStatus, RunTrigger, Slot
+from endpoints.models import Endpoint, Heartbeat, Job, JobStatus, Run, RunStatus, RunTrigger, Slot
 from endpoints.operations import recompute_next_run
 from endpoints.policies import jitter_offset_ms
 from notifications.alerts import detect_changes
@@ -86,11 +86,24 @@ def celery_fleet(
 
 
 @pytest.fixture
-def fleet(celery_fleet: Fleet) -> Fleet:
-    """The module's fleet, ticking into this test's (freshly emptied) database."""
+def fleet(celery_fleet: Fleet, transactional_db: None) -> Iterator[Fleet]:
+    """The module's fleet, ticking into this test's (freshly emptied) database, and idle
+    again before that database is emptied for the next test: set up after the database,
+    so torn down before its flush, which a fleet still running this test's endpoints
+    turned into a deadlock (issue 31)."""
     ticked = wait_until(lambda: Heartbeat.objects.filter(name="tick").exists(), timeout=60)
     assert ticked, celery_fleet.tail()
-    return celery_fleet
+    yield celery_fleet
+    # Nothing left to claim (the claim takes active jobs only), then nothing in flight.
+    Job.objects.update(status=JobStatus.PAUSED)
+    idle = wait_until(
+        lambda: (
+            not Slot.objects.filter(claim_token__isnull=False).exists()
+            and not Run.objects.filter(status=RunStatus.RUNNING).exists()
+        ),
+        timeout=120,
+    )
+    assert idle, celery_fleet.tail()
 
 
 def test_a_daily_endpoint_with_one_transient_503_succeeds_on_its_retry(
