@@ -46,6 +46,20 @@ def _setup_without_nagle(self: basehttp.WSGIRequestHandler) -> None:
     _handler_setup(self)
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """A test whose rows must be committed (a live server, a thread or a process reads
+    them: ``transaction=True``, ``live_server``) is ``integration``: ``scripts/test --fast``
+    leaves those out, with the slow, browser and fault tests."""
+    for item in items:
+        db = item.get_closest_marker("django_db")
+        names = getattr(item, "fixturenames", ())
+        if (db is not None and db.kwargs.get("transaction")) or {
+            "live_server",
+            "transactional_db",
+        } & set(names):
+            item.add_marker(pytest.mark.integration)
+
+
 _flush = TransactionTestCase._fixture_teardown
 
 
