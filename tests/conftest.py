@@ -23,6 +23,7 @@ from django.core.servers import basehttp
 from django.db import OperationalError
 from django.test import TransactionTestCase
 
+from endpoints.embedded import EmbeddedScheduler
 from endpoints.models import Endpoint, Job, Tenant
 from tests.http_targets import TargetServer
 from tests.world import ApiWorld, World, build_api_world, build_world, make_key
@@ -115,6 +116,15 @@ def make_endpoint(job: Job) -> Callable[..., Endpoint]:
 @pytest.fixture
 def now() -> datetime:
     return datetime(2026, 11, 22, 12, 0, tzinfo=UTC)
+
+
+@pytest.fixture
+def scheduler() -> Iterator[EmbeddedScheduler]:
+    """What ``runscheduler`` runs, in this process (four runs in flight), ticked by the
+    test (``tick_once``); its runs finished and its threads stopped at the end."""
+    embedded = EmbeddedScheduler(max_in_flight=4)
+    yield embedded
+    embedded.shutdown(timeout=10)
 
 
 @pytest.fixture

@@ -25,13 +25,6 @@ from notifications.models import Alert, AlertKind, AlertRule
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("loopback_allowed")]
 
 
-@pytest.fixture
-def scheduler():
-    embedded = EmbeddedScheduler(max_in_flight=4)
-    yield embedded
-    embedded.shutdown(timeout=10)
-
-
 def tick_and_detect_until(
     scheduler: EmbeddedScheduler, condition: Callable[[], bool], timeout: float
 ) -> bool:

@@ -30,31 +30,13 @@ from notifications.models import (
     Delivery,
     DeliveryStatus,
 )
-from tests.alerts.smtp import SmtpCapture
 
 # Transactional: each channel sends in its own thread, on its own database connection.
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("quick_alerts")]
 
 S = timedelta(seconds=1)
 M = timedelta(minutes=1)
 H = timedelta(hours=1)
-
-
-@pytest.fixture
-def smtp(settings):
-    with SmtpCapture() as server:
-        settings.EMAIL_BACKEND = "django.core.mail.backends.smtp.EmailBackend"
-        settings.EMAIL_HOST = "127.0.0.1"
-        settings.EMAIL_PORT = server.port
-        yield server
-
-
-@pytest.fixture(autouse=True)
-def quick_alerts(settings):
-    settings.CRONICORN_ALERT_DIGEST_SECONDS = 5
-    settings.CRONICORN_NOTIFY_RETRY_SECONDS = 10
-    settings.CRONICORN_NOTIFY_TIMEOUT_SECONDS = 1
-    settings.CRONICORN_ALLOW_PRIVATE_ADDRESSES = True
 
 
 @pytest.fixture

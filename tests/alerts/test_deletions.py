@@ -26,17 +26,9 @@ from notifications.models import (
     DeliveryStatus,
 )
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("quick_alerts")]
 
 S = timedelta(seconds=1)
-
-
-@pytest.fixture(autouse=True)
-def quick_alerts(settings):
-    settings.CRONICORN_ALERT_DIGEST_SECONDS = 5
-    settings.CRONICORN_NOTIFY_RETRY_SECONDS = 10
-    settings.CRONICORN_NOTIFY_TIMEOUT_SECONDS = 1
-    settings.CRONICORN_ALLOW_PRIVATE_ADDRESSES = True
 
 
 def test_an_endpoint_deleted_while_the_cycle_reads_it_does_not_abort_the_cycle(make_endpoint, now):

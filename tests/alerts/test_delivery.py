@@ -23,7 +23,6 @@ from endpoints.models import Endpoint, Flip, Job, Tenant
 from notifications.delivery import backoff, wait_for_senders
 from notifications.models import AlertRule, Channel, ChannelKind, Delivery, DeliveryStatus
 from tests.alerts.servers import SilentServer, notify_loop
-from tests.alerts.smtp import SmtpCapture
 from tests.http_targets import Hit, TargetServer
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("loopback_allowed")]
@@ -33,15 +32,6 @@ pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("
 def senders_done():
     yield
     assert wait_for_senders(30), "a sender thread outlived its test"
-
-
-@pytest.fixture
-def smtp(settings):
-    with SmtpCapture() as server:
-        settings.EMAIL_BACKEND = "django.core.mail.backends.smtp.EmailBackend"
-        settings.EMAIL_HOST = "127.0.0.1"
-        settings.EMAIL_PORT = server.port
-        yield server
 
 
 @pytest.fixture

@@ -31,7 +31,6 @@ from notifications.models import (
     Delivery,
 )
 from notifications.transports import masked_target
-from tests.alerts.smtp import SmtpCapture
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("loopback_allowed")]
 
@@ -48,15 +47,12 @@ def settle(settings):
 
 
 @pytest.fixture
-def smtp(settings, tenant):
-    with SmtpCapture() as server:
-        settings.EMAIL_BACKEND = "django.core.mail.backends.smtp.EmailBackend"
-        settings.EMAIL_HOST = "127.0.0.1"
-        settings.EMAIL_PORT = server.port
-        Channel.objects.create(
-            tenant=tenant, name="mail", kind=ChannelKind.EMAIL, target="ops@example.com"
-        )
-        yield server
+def smtp(smtp, tenant):
+    """The shared SMTP server, and the tenant's mail channel to it."""
+    Channel.objects.create(
+        tenant=tenant, name="mail", kind=ChannelKind.EMAIL, target="ops@example.com"
+    )
+    return smtp
 
 
 def engine_writes(endpoint: Endpoint, failures: int, at) -> None:

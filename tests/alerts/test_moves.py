@@ -20,16 +20,9 @@ from notifications.alerts import acknowledge, notify_cycle
 from notifications.models import AlertRule, Channel, ChannelKind, Delivery, DeliveryStatus
 from tests.world import build_world
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("quick_alerts")]
 
 S = timedelta(seconds=1)
-
-
-@pytest.fixture(autouse=True)
-def quick_alerts(settings):
-    settings.CRONICORN_ALERT_DIGEST_SECONDS = 5
-    settings.CRONICORN_NOTIFY_TIMEOUT_SECONDS = 1
-    settings.CRONICORN_ALLOW_PRIVATE_ADDRESSES = True
 
 
 def fail(endpoint: Endpoint, times: int) -> None:

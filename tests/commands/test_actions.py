@@ -11,7 +11,6 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
-import time_machine
 from django.core.management import CommandError, call_command, get_commands, load_command_class
 from django.utils import timezone
 from pytest_httpserver import HTTPServer
@@ -27,12 +26,6 @@ def run(command: str, *args: str) -> str:
     out = io.StringIO()
     call_command(command, *args, stdout=out, stderr=io.StringIO())
     return out.getvalue()
-
-
-@pytest.fixture
-def frozen() -> Any:
-    with time_machine.travel(NOW, tick=False) as traveller:
-        yield traveller
 
 
 @pytest.fixture

@@ -13,7 +13,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import time_machine
 from django.conf import settings
 from django.core.management import CommandError, call_command
 
@@ -50,12 +49,6 @@ def add_run(endpoint: Endpoint, minutes_ago: int, **fields: Any) -> Run:
     }
     values.update(fields)
     return Run.objects.create(**values)
-
-
-@pytest.fixture
-def frozen() -> Any:
-    with time_machine.travel(NOW, tick=False) as traveller:
-        yield traveller
 
 
 @pytest.fixture

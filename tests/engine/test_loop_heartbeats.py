@@ -1,4 +1,4 @@
-"""Each scheduler loop records its last pass and what it did, where an operator looks.
+"""Each every_loop loop records its last pass and what it did, where an operator looks.
 
 Every loop (tick, zombie sweep, run retention, planner, alerts) ends a pass by writing its
 Heartbeat row with counts, from its Celery task and from ``runscheduler`` alike; the
@@ -70,7 +70,7 @@ def retention(settings: Any) -> None:
 
 
 @pytest.fixture
-def scheduler() -> Iterator[EmbeddedScheduler]:
+def every_loop() -> Iterator[EmbeddedScheduler]:
     embedded = EmbeddedScheduler(
         max_in_flight=4, plan_cycle=load_cycle("plan"), notify_cycle=load_cycle("notify")
     )
@@ -81,18 +81,18 @@ def scheduler() -> Iterator[EmbeddedScheduler]:
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.usefixtures("retention", "loopback_allowed")
 def test_every_runscheduler_loop_beats_with_what_it_did_and_the_operator_sees_it(
-    scheduler: EmbeddedScheduler, make_endpoint: Callable[..., Endpoint], target: TargetServer
+    every_loop: EmbeddedScheduler, make_endpoint: Callable[..., Endpoint], target: TargetServer
 ) -> None:
     now = timezone.now()
     give_every_loop_work(make_endpoint, now, target.url("/due"))
 
-    scheduler.tick_once(now=now)
+    every_loop.tick_once(now=now)
     ran = Run.objects.filter(endpoint__name="due", status=RunStatus.SUCCESS)
     assert wait_until(ran.exists, timeout=10)
     after = timezone.now()
-    scheduler.maintain_once(now=after)  # the first pass prunes too
-    scheduler.plan_once(now=after)
-    scheduler.notify_once(now=after)
+    every_loop.maintain_once(now=after)  # the first pass prunes too
+    every_loop.plan_once(now=after)
+    every_loop.notify_once(now=after)
 
     beats = {beat.name: beat.info for beat in Heartbeat.objects.filter(name__in=LOOPS)}
     assert beats == {

@@ -34,13 +34,6 @@ pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("
 S = timedelta(seconds=1)
 
 
-@pytest.fixture
-def scheduler():
-    embedded = EmbeddedScheduler(max_in_flight=4)
-    yield embedded
-    embedded.shutdown(timeout=10)
-
-
 def test_a_tick_hands_due_claims_to_the_pool_which_starts_each_at_its_time(
     scheduler, make_endpoint, target
 ):

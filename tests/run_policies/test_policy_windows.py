@@ -8,7 +8,6 @@ from __future__ import annotations
 import io
 import json
 import time
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -20,20 +19,12 @@ from django.urls import reverse
 from django.utils import timezone
 
 from endpoints import operations
-from endpoints.embedded import EmbeddedScheduler
 from endpoints.governor import ENDED, ONCE, WINDOW
 from endpoints.models import Endpoint, Job, Run, RunStatus, Slot
 from tests.run_policies.test_run_policies import finished, runs, tick_until
 from tests.world import build_world
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("loopback_allowed")]
-
-
-@pytest.fixture
-def scheduler() -> Iterator[EmbeddedScheduler]:
-    embedded = EmbeddedScheduler(max_in_flight=4)
-    yield embedded
-    embedded.shutdown(timeout=10)
 
 
 def iso(at: datetime) -> str:

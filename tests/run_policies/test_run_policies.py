@@ -38,13 +38,6 @@ def daily_cron_far_from_now() -> str:
     return f"0 {(timezone.now() + timedelta(hours=12)).hour} * * *"
 
 
-@pytest.fixture
-def scheduler():
-    embedded = EmbeddedScheduler(max_in_flight=4)
-    yield embedded
-    embedded.shutdown(timeout=10)
-
-
 def tick_until(scheduler: EmbeddedScheduler, condition: Callable[[], bool], timeout: float) -> bool:
     """Tick as ``runscheduler`` does (every 0.2 s here) until ``condition`` or ``timeout``."""
     deadline = time.monotonic() + timeout
