@@ -21,6 +21,7 @@ from endpoints.models import Endpoint, HintHistory, HintKind, Job, Run, RunStatu
 from endpoints.operations import OperationRefused, reset_failures, run_now, test_endpoint
 from notifications.alerts import detect_changes
 from notifications.models import Alert, AlertKind, AlertRule
+from tests.planning import finished, tick_until
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("loopback_allowed")]
 
@@ -37,24 +38,6 @@ def tick_and_detect_until(
             return True
         time.sleep(0.2)
     return condition()
-
-
-def tick_until(scheduler: EmbeddedScheduler, condition: Callable[[], bool], timeout: float) -> bool:
-    """Tick as ``runscheduler`` does, without the notify cycle."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        scheduler.tick_once()
-        if condition():
-            return True
-        time.sleep(0.2)
-    return condition()
-
-
-def finished(endpoint: Endpoint, count: int) -> Callable[[], bool]:
-    return lambda: (
-        Run.objects.filter(endpoint=endpoint).exclude(status=RunStatus.RUNNING).count() >= count
-        and Slot.objects.filter(pk=endpoint.pk, claim_token__isnull=True).exists()
-    )
 
 
 def breaker_job(job: Job) -> Job:

@@ -21,7 +21,7 @@ from django.utils import timezone
 from endpoints import operations
 from endpoints.governor import ENDED, ONCE, WINDOW
 from endpoints.models import Endpoint, Job, Run, RunStatus, Slot
-from tests.run_policies.test_run_policies import finished, runs, tick_until
+from tests.planning import finished, runs, tick_until
 from tests.world import build_world
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("loopback_allowed")]

@@ -3,21 +3,16 @@ real HTTP target on 127.0.0.1 whose answers are switched during the test."""
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable
 from datetime import timedelta
-from typing import Any
 
 import pytest
 from django.core.exceptions import ValidationError
 from django.utils import timezone
 
-from endpoints.embedded import EmbeddedScheduler
 from endpoints.models import (
     Endpoint,
     HintHistory,
     HintKind,
-    Job,
     Run,
     RunStatus,
     RunTrigger,
@@ -25,46 +20,17 @@ from endpoints.models import (
 )
 from notifications.alerts import detect_changes
 from notifications.models import AlertKind
-from tests.planning import planned_after
+from tests.planning import (
+    DAY_MS,
+    daily_cron_far_from_now,
+    finished,
+    planned_after,
+    policy_job,
+    runs,
+    tick_until,
+)
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("loopback_allowed")]
-
-DAY_MS = 86_400_000
-
-
-def daily_cron_far_from_now() -> str:
-    """A daily cron whose next instant is about 12 h away: a fixed hour (09:00) lets a test
-    that runs just before it see the next day's run as well."""
-    return f"0 {(timezone.now() + timedelta(hours=12)).hour} * * *"
-
-
-def tick_until(scheduler: EmbeddedScheduler, condition: Callable[[], bool], timeout: float) -> bool:
-    """Tick as ``runscheduler`` does (every 0.2 s here) until ``condition`` or ``timeout``."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        scheduler.tick_once()
-        if condition():
-            return True
-        time.sleep(0.2)
-    return condition()
-
-
-def policy_job(job: Job, **policy: Any) -> Job:
-    job.run_policy = policy
-    job.full_clean()
-    job.save()
-    return job
-
-
-def runs(endpoint: Endpoint) -> list[Run]:
-    return list(Run.objects.filter(endpoint=endpoint).order_by("pk"))
-
-
-def finished(endpoint: Endpoint, count: int) -> Callable[[], bool]:
-    return lambda: (
-        Run.objects.filter(endpoint=endpoint).exclude(status=RunStatus.RUNNING).count() >= count
-        and Slot.objects.filter(pk=endpoint.pk, claim_token__isnull=True).exists()
-    )
 
 
 def test_a_daily_endpoint_with_one_transient_503_succeeds_on_its_retry(

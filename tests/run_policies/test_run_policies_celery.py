@@ -33,11 +33,11 @@ from tests.engine_processes import (
     wait_for_workers,
     wait_until,
 )
-from tests.planning import planned_after
-from tests.run_policies.test_run_policies import (
+from tests.planning import (
     DAY_MS,
     daily_cron_far_from_now,
     finished,
+    planned_after,
     policy_job,
     runs,
 )
