@@ -33,7 +33,7 @@ from endpoints.models import Endpoint, Job, JobStatus
 from notifications.models import AlertState
 from tests.engine_processes import ROOT, child_database_url, process_env
 from tests.http_targets import TargetServer
-from tests.mcp.test_mcp import http_client, mcp_http  # noqa: F401 - a fixture
+from tests.mcp.serving import http_client
 from tests.world import ApiWorld
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
@@ -303,7 +303,7 @@ def test_every_tool_over_stdio_with_the_sdk_client(
 
 def test_every_tool_over_http_with_the_sdk_client(
     api_world: ApiWorld,
-    mcp_http: str,  # noqa: F811
+    mcp_http: str,
     target: TargetServer,
     tmp_path: Path,
 ) -> None:

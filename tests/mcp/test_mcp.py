@@ -7,23 +7,19 @@ from __future__ import annotations
 import asyncio
 import json
 import sys
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import httpx
-import httpx2
 import pytest
 from asgiref.sync import sync_to_async
 from django.db import connections
 from mcp import Client
 from mcp.client.stdio import StdioServerParameters
-from mcp.client.streamable_http import streamable_http_client
 
 from api.mcp_server import build_server
 from endpoints.models import Endpoint, HintHistory, Run
-from tests.engine_processes import ROOT, child_database_url, manage, process_env, running
-from tests.http_targets import free_port
+from tests.engine_processes import ROOT, child_database_url, process_env
+from tests.mcp.serving import http_client
 from tests.world import (
     ApiWorld,
     TenantWorld,
@@ -35,22 +31,6 @@ from tests.world import (
 )
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
-
-
-@pytest.fixture
-def mcp_http(api_world: ApiWorld, tmp_path: Path) -> Iterator[str]:
-    port = free_port()
-    env = process_env(DATABASE_URL=child_database_url())
-    args = manage("mcp", "--http", "--port", str(port))
-    with running(args, env=env, log=tmp_path / "mcp-http.log"):
-        url = f"http://127.0.0.1:{port}/mcp"
-        for _ in range(300):  # up to 30 s for Django and uvicorn to start
-            try:
-                httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1)
-                break
-            except httpx.TransportError:
-                asyncio.run(asyncio.sleep(0.1))
-        yield url
 
 
 def tool_arguments(name: str, side: TenantWorld) -> dict[str, Any]:
@@ -126,12 +106,6 @@ def test_mcp_over_stdio_with_the_sdk_client(api_world: ApiWorld) -> None:
             return await walk_through(client, api_world)
 
     assert_walk_through(asyncio.run(scenario()), api_world)
-
-
-def http_client(url: str, key: str | None) -> Client:
-    headers = {"Authorization": f"Bearer {key}"} if key else {}
-    transport = streamable_http_client(url, http_client=httpx2.AsyncClient(headers=headers))
-    return Client(transport, read_timeout_seconds=60)
 
 
 def test_mcp_over_http_with_the_sdk_client(api_world: ApiWorld, mcp_http: str) -> None:

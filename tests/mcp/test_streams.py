@@ -3,7 +3,6 @@ a live ``manage.py mcp --http`` (uvicorn), many streams opened at once, counted.
 
 from __future__ import annotations
 
-import socket
 import threading
 import time
 from collections.abc import Iterator
@@ -12,7 +11,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.engine_processes import child_database_url, manage, process_env, running
+from tests.mcp.serving import mcp_over_http
 from tests.world import ApiWorld
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
@@ -21,24 +20,13 @@ STREAM_SECONDS = 5
 
 @pytest.fixture
 def mcp_url(api_world: ApiWorld, tmp_path: Path) -> Iterator[str]:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = int(sock.getsockname()[1])
-    env = process_env(
-        DATABASE_URL=child_database_url(),
+    with mcp_over_http(
+        tmp_path / "mcp-http.log",
         CRONICORN_MCP_MAX_STREAMS_PER_KEY="2",
         CRONICORN_MCP_MAX_STREAMS="3",
         CRONICORN_MCP_STREAM_SECONDS=str(STREAM_SECONDS),
-    )
-    with running(manage("mcp", "--http", "--port", str(port)), env=env, log=tmp_path / "l"):
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            try:
-                httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1)
-                break
-            except httpx.TransportError:
-                time.sleep(0.1)
-        yield f"http://127.0.0.1:{port}/mcp"
+    ) as url:
+        yield url
 
 
 class Streams:
