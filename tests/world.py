@@ -8,6 +8,7 @@ fixtures: ``world``, ``api_world``, ``key``, ``http``).
   ``sample_url``/``sample_body``: a call of every API operation against one tenant's
   objects (the isolation tests of the REST API and of the MCP tools).
 - ``make_key``: an API key of a tenant, its raw value.
+- ``endpoint_form``: what the admin's endpoint form posts for a valid endpoint.
 """
 
 from __future__ import annotations
@@ -169,6 +170,37 @@ def build_world() -> World:
 
 def operation_url(endpoint: Endpoint, name: str) -> str:
     return reverse("admin:endpoints_endpoint_operation", args=[endpoint.pk, name])
+
+
+def endpoint_form(job: Job | None, **values: Any) -> dict[str, Any]:
+    """Everything the admin's endpoint form posts, as its page would, for a valid new
+    endpoint of ``job`` (every 5 minutes, the rest as the page leaves it) or for one whose
+    headers and run policy are the defaults; ``values`` are what the person typed or
+    changed."""
+    return {
+        "job": str(job.pk) if job else "",
+        "name": "orders",
+        "url": "https://example.com/orders",
+        "method": "GET",
+        "headers": "{}",
+        "secret_header_names": "[]",
+        "body": "null",
+        "timeout_ms": "30s",
+        "max_response_size_kb": "100",
+        "baseline_cron": "",
+        "timezone": "UTC",
+        "baseline_interval_ms": "5m",
+        "min_interval_ms": "",
+        "max_interval_ms": "",
+        "description": "",
+        "run_policy": "{}",
+        # What the page holds hidden beside the fields whose default is a new object: the
+        # value it showed, from which Django tells whether the person changed it.
+        "initial-headers": "{}",
+        "initial-secret_header_names": "[]",
+        "initial-run_policy": "{}",
+        **values,
+    }
 
 
 def make_key(tenant: Any, *, scope: str = Scope.WRITE, **fields: Any) -> str:

@@ -20,8 +20,7 @@ from ninja.errors import Throttled
 from api.auth import Principal, check_rate
 from endpoints.models import Endpoint, Job, Tenant
 from notifications.models import Channel
-from tests.console.test_admin import endpoint_form
-from tests.world import ApiWorld, make_key
+from tests.world import ApiWorld, endpoint_form, make_key
 
 THREADS = 40
 

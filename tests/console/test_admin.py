@@ -18,33 +18,11 @@ from django.utils import timezone
 from endpoints.models import Endpoint, HintHistory, Job, Run, RunStatus, RunTrigger, Slot, Tenant
 from endpoints.secrets import MASK
 from planner.models import AnalysisSession
-from tests.world import World, operation_url
+from tests.world import World, endpoint_form, operation_url
 
 
 def messages_of(response: object) -> list[str]:
     return [str(m) for m in get_messages(response.wsgi_request)]  # type: ignore[attr-defined]
-
-
-def endpoint_form(job: Job, **overrides: str) -> dict[str, str]:
-    data = {
-        "job": str(job.pk),
-        "name": "orders",
-        "url": "https://example.com/orders",
-        "method": "GET",
-        "headers": "{}",
-        "secret_header_names": "[]",
-        "body": "null",
-        "timeout_ms": "30s",
-        "max_response_size_kb": "100",
-        "baseline_cron": "",
-        "timezone": "UTC",
-        "baseline_interval_ms": "5m",
-        "min_interval_ms": "",
-        "max_interval_ms": "",
-        "description": "Orders waiting to ship.",
-    }
-    data.update(overrides)
-    return data
 
 
 # --- pages ------------------------------------------------------------------------------

@@ -14,7 +14,7 @@ from django.urls import reverse
 
 from console.admin.actions import OPERATIONS
 from endpoints.models import Endpoint, HintHistory, Job, Run
-from tests.world import TenantWorld, World, operation_url
+from tests.world import TenantWorld, World, endpoint_form, operation_url
 
 OBJECT_PAGES: dict[str, Callable[[TenantWorld], str]] = {
     "endpoint change": lambda t: reverse("admin:endpoints_endpoint_change", args=[t.endpoint.pk]),
@@ -201,19 +201,7 @@ def test_autocomplete_of_a_model_the_user_cannot_see_is_refused(world: World) ->
 def test_an_endpoint_cannot_be_created_in_another_tenants_job(world: World) -> None:
     response = world.client_for(world.alice).post(
         reverse("admin:endpoints_endpoint_add"),
-        {
-            "job": str(world.b.job.pk),
-            "name": "sneaky",
-            "url": "https://example.com/",
-            "method": "GET",
-            "headers": "{}",
-            "secret_header_names": "[]",
-            "body": "null",
-            "timeout_ms": "30s",
-            "max_response_size_kb": "100",
-            "timezone": "UTC",
-            "baseline_interval_ms": "5m",
-        },
+        endpoint_form(world.b.job, name="sneaky"),
     )
 
     assert "Select a valid choice" in str(response.context["adminform"].form.errors["job"])
@@ -224,19 +212,7 @@ def test_an_endpoint_cannot_be_moved_into_another_tenants_job(world: World) -> N
     endpoint = world.a.endpoint
     response = world.client_for(world.alice).post(
         reverse("admin:endpoints_endpoint_change", args=[endpoint.pk]),
-        {
-            "job": str(world.b.job.pk),
-            "name": endpoint.name,
-            "url": endpoint.url,
-            "method": "GET",
-            "headers": "{}",
-            "secret_header_names": "[]",
-            "body": "null",
-            "timeout_ms": "30s",
-            "max_response_size_kb": "100",
-            "timezone": "UTC",
-            "baseline_interval_ms": "5m",
-        },
+        endpoint_form(world.b.job, name=endpoint.name, url=endpoint.url),
     )
 
     assert response.status_code == 200

@@ -20,7 +20,7 @@ from django.urls import reverse
 
 from endpoints.models import Endpoint, HintHistory, Job, Run
 from endpoints.policies import jitter_offset_ms
-from tests.world import World
+from tests.world import World, endpoint_form
 
 BEFORE_FALL_BACK = datetime(2026, 10, 30, 12, 0, tzinfo=UTC)
 ADD_PREVIEW = reverse("admin:endpoints_endpoint_preview")
@@ -33,27 +33,9 @@ def frozen() -> Iterator[None]:
 
 
 def form_values(job: Job | None, **values: str) -> dict[str, str]:
-    """Everything the add form posts, as a person left it (name and URL not typed yet)."""
-    posted = {
-        "job": str(job.pk) if job else "",
-        "name": "",
-        "url": "",
-        "method": "GET",
-        "headers": "{}",
-        "secret_header_names": "[]",
-        "body": "null",
-        "timeout_ms": "30s",
-        "max_response_size_kb": "100",
-        "baseline_interval_ms": "",
-        "baseline_cron": "",
-        "timezone": "UTC",
-        "min_interval_ms": "",
-        "max_interval_ms": "",
-        "description": "",
-        "run_policy": "{}",
-    }
-    posted.update(values)
-    return posted
+    """Everything the add form posts, as a person left it (name, URL and interval not
+    typed yet)."""
+    return endpoint_form(job, **{"name": "", "url": "", "baseline_interval_ms": "", **values})
 
 
 def change_preview(endpoint: Endpoint) -> str:

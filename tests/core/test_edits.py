@@ -22,6 +22,7 @@ from endpoints.governor import EndpointSchedule, plan_after_edit
 from endpoints.models import Endpoint, Slot
 from endpoints.operations import replan_after_edit
 from endpoints.schedules import format_interval
+from tests.world import endpoint_form
 
 pytestmark = pytest.mark.django_db
 
@@ -198,18 +199,15 @@ def admin_form_values(values: dict[str, Any]) -> dict[str, str]:
 
 
 def admin_form(endpoint: Endpoint) -> dict[str, str]:
-    return {
-        "job": str(endpoint.job_id),
-        "name": endpoint.name,
-        "url": endpoint.url,
-        "method": endpoint.method,
-        "headers": "{}",
-        "secret_header_names": "[]",
-        "body": "null",
-        "max_response_size_kb": str(endpoint.max_response_size_kb),
-        "baseline_cron": endpoint.baseline_cron,
-        "timezone": endpoint.timezone,
-        "description": endpoint.description,
+    return endpoint_form(
+        endpoint.job,
+        name=endpoint.name,
+        url=endpoint.url,
+        method=endpoint.method,
+        max_response_size_kb=str(endpoint.max_response_size_kb),
+        baseline_cron=endpoint.baseline_cron,
+        timezone=endpoint.timezone,
+        description=endpoint.description,
         **admin_form_values(
             {
                 "timeout_ms": endpoint.timeout_ms,
@@ -218,7 +216,7 @@ def admin_form(endpoint: Endpoint) -> dict[str, str]:
                 "max_interval_ms": endpoint.max_interval_ms,
             }
         ),
-    }
+    )
 
 
 def file_for(endpoint: Endpoint) -> dict[str, Any]:

@@ -23,7 +23,7 @@ from endpoints.models import Endpoint, Job, Run
 from endpoints.operations import test_endpoint
 from endpoints.secrets import MASK, mask_headers, redact_url, strip_userinfo
 from tests.http_targets import TargetServer
-from tests.world import World
+from tests.world import World, endpoint_form
 
 
 def one_endpoint_file(url: str, **entry: Any) -> str:
@@ -104,25 +104,7 @@ def test_the_endpoint_form_masks_a_url_password_and_keeps_it_when_left_masked(
 
 
 def _form(endpoint: Endpoint, **overrides: str) -> dict[str, str]:
-    data = {
-        "job": str(endpoint.job_id),
-        "name": endpoint.name,
-        "url": endpoint.url,
-        "method": "GET",
-        "headers": "{}",
-        "secret_header_names": "[]",
-        "body": "null",
-        "timeout_ms": "30s",
-        "max_response_size_kb": "100",
-        "baseline_cron": "",
-        "timezone": "UTC",
-        "baseline_interval_ms": "5m",
-        "min_interval_ms": "",
-        "max_interval_ms": "",
-        "description": "",
-    }
-    data.update(overrides)
-    return data
+    return endpoint_form(endpoint.job, **{"name": endpoint.name, "url": endpoint.url, **overrides})
 
 
 @pytest.mark.django_db

@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 from endpoints.config_io.documents import ConfigError
 from endpoints.config_io.importing import import_config, import_document
 from endpoints.models import Endpoint, Job, Tenant
+from tests.world import endpoint_form
 
 pytestmark = pytest.mark.django_db
 
@@ -404,19 +405,7 @@ def test_the_admin_form_refuses_json_nested_10_000_deep_with_a_message(job: Job)
 
     client = Client()
     client.force_login(get_user_model().objects.create_superuser("root", password="x"))
-    data = {
-        "job": str(job.pk),
-        "name": "deep",
-        "url": "https://example.com/",
-        "method": "POST",
-        "headers": "{}",
-        "secret_header_names": "[]",
-        "body": "[" * 10_000 + "]" * 10_000,
-        "timeout_ms": "30s",
-        "max_response_size_kb": "100",
-        "timezone": "UTC",
-        "baseline_interval_ms": "5m",
-    }
+    data = endpoint_form(job, name="deep", method="POST", body="[" * 10_000 + "]" * 10_000)
 
     response = client.post(reverse("admin:endpoints_endpoint_add"), data)
 

@@ -18,8 +18,7 @@ from django.urls import reverse
 from endpoints.engine.claiming import claim_due_endpoints
 from endpoints.engine.running import execute_claim, record_outcomes, start_claims
 from endpoints.models import Endpoint, HintHistory, Run, Tenant
-from tests.console.test_admin_run_preview import form_values
-from tests.world import make_key
+from tests.world import endpoint_form, make_key
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("loopback_allowed")]
 
@@ -91,7 +90,7 @@ def test_the_form_preview_of_an_edit_starts_where_the_save_plans_it(
     run_on_time(time_machine, endpoint)
     time_machine.move_to(START + 10 * timedelta(minutes=1), tick=False)
 
-    values = form_values(
+    values = endpoint_form(
         endpoint.job, name=endpoint.name, url=endpoint.url, baseline_interval_ms="45m"
     )
     answer = admin_client.post(
@@ -379,7 +378,7 @@ def test_the_form_preview_with_a_retry_pending_starts_with_the_retry(
     run_on_time_as_run(time_machine, endpoint)
     time_machine.move_to(START + timedelta(seconds=30), tick=False)
 
-    values = form_values(
+    values = endpoint_form(
         endpoint.job,
         name=endpoint.name,
         url=endpoint.url,

@@ -20,7 +20,7 @@ from mcp import Client
 from api.mcp_server import build_server
 from console.admin.forms import EndpointAdminForm
 from endpoints.models import Endpoint, Job, Tenant
-from tests.world import make_key
+from tests.world import endpoint_form, make_key
 
 NOT_JSON = "holds NaN or Infinity, which JSON cannot carry"
 BAD_TEXT = "holds text with NUL or invalid Unicode"
@@ -104,22 +104,7 @@ def test_the_mcp_tool_refuses_the_same_values_with_the_same_words(
 
 @pytest.mark.parametrize(("equals", "words"), EQUALS)
 def test_the_admin_form_refuses_the_same_values(job: Job, equals: str, words: str) -> None:
-    form = EndpointAdminForm(
-        data={
-            "job": job.pk,
-            "name": "api",
-            "url": "https://example.com/",
-            "method": "GET",
-            "headers": "{}",
-            "secret_header_names": "[]",
-            "body": "null",
-            "timeout_ms": "30s",
-            "max_response_size_kb": 100,
-            "baseline_interval_ms": "5m",
-            "timezone": "UTC",
-            "run_policy": policy_text(equals),
-        }
-    )
+    form = EndpointAdminForm(data=endpoint_form(job, run_policy=policy_text(equals)))
     assert not form.is_valid()
     assert f"body_json_equals: the value {words}" in str(form.errors["run_policy"])
 

@@ -19,6 +19,7 @@ from django.core.management import CommandError, call_command
 from api.operations import OPERATIONS
 from console.admin.forms import EndpointAdminForm
 from endpoints.models import Endpoint, Job, Tenant
+from tests.world import endpoint_form
 
 POLICY = {"retry_attempts": 3, "body_json_path": "status", "body_json_equals": "ok"}
 
@@ -79,20 +80,7 @@ def test_a_bad_policy_in_a_file_is_refused_with_its_place_and_key(db: None, tmp_
 
 
 def test_the_admin_form_takes_a_policy_as_json_text(job: Job) -> None:
-    data = {
-        "job": job.pk,
-        "name": "api",
-        "url": "https://example.com/",
-        "method": "GET",
-        "headers": "{}",
-        "secret_header_names": "[]",
-        "body": "null",
-        "timeout_ms": "30s",
-        "max_response_size_kb": 100,
-        "baseline_interval_ms": "5m",
-        "timezone": "UTC",
-        "run_policy": '{"retry_attempts": 0}',
-    }
+    data = endpoint_form(job, run_policy='{"retry_attempts": 0}')
     form = EndpointAdminForm(data=data)
     assert not form.is_valid()
     assert "retry_attempts: must be between 1 and 10" in str(form.errors["run_policy"])
