@@ -12,30 +12,14 @@ API runs an event loop in this thread, and Django refuses ORM calls next to one.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
-from pathlib import Path
 from typing import Any
 
 import pytest
 from django.contrib.auth import get_user_model
-from playwright.sync_api import Page, expect, sync_playwright
+from playwright.sync_api import Page, expect
 
 from endpoints.models import Endpoint, HintHistory, Job, Run, RunTrigger, Tenant
-
-CHROMIUM = Path("/usr/bin/chromium")
-SCREENSHOTS = Path(__file__).parents[1] / "screenshots"
-CHROMIUM_ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
-PASSWORD = "a-long-browser-test-password"
+from tests.console.browser import PASSWORD, chromium_page, shot, sign_in
 
 pytestmark = pytest.mark.browser
 
@@ -56,31 +40,6 @@ def job(transactional_db: None, settings: Any) -> Job:
     tenant = Tenant.objects.create(name="Acme")
     tenant.members.add(user)
     return Job.objects.create(tenant=tenant, name="ops")
-
-
-@contextmanager
-def chromium_page() -> Iterator[Page]:
-    if not CHROMIUM.exists():
-        pytest.fail("Chromium is missing: run scripts/install-browser (apt-get chromium).")
-    SCREENSHOTS.mkdir(exist_ok=True)
-    with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
-        context = browser.new_context(viewport={"width": 1280, "height": 900})
-        context.set_default_timeout(15_000)
-        yield context.new_page()
-        browser.close()
-
-
-def shot(page: Page, name: str) -> None:
-    page.screenshot(path=str(SCREENSHOTS / f"{name}.png"), full_page=True)
-
-
-def sign_in(page: Page, base: str) -> None:
-    page.goto(f"{base}/admin/")
-    page.fill("#id_username", "alice")
-    page.fill("#id_password", PASSWORD)
-    page.click("input[type=submit]")
-    expect(page.locator("#cc-dashboard")).to_be_visible()
 
 
 def create_endpoint(page: Page, base: str, job: Job, target: str) -> None:

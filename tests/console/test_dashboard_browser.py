@@ -26,7 +26,7 @@ from endpoints.models import (
     Tenant,
 )
 from notifications.models import Channel, ChannelKind
-from tests.console.test_admin_browser import PASSWORD, chromium_page, shot, sign_in
+from tests.console.browser import PASSWORD, chromium_page, shot, sign_in
 
 pytestmark = pytest.mark.browser
 
@@ -125,6 +125,6 @@ def test_the_dashboard_and_the_adaptation_chart_read_in_words(
 
 
 def shot_path(name: str) -> Any:
-    from tests.console.test_admin_browser import SCREENSHOTS
+    from tests.console.browser import SCREENSHOTS
 
     return SCREENSHOTS / f"{name}.png"

@@ -31,8 +31,8 @@ from django.db import connection
 from pytest_httpserver import HTTPServer
 
 from cronicorn_site.celery import app
+from tests.compose import REPO, load_compose, service_command
 from tests.http_targets import free_port
-from tests.site.test_deploy import REPO, load_compose, service_command
 
 pytestmark = pytest.mark.slow
 

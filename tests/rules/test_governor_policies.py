@@ -10,7 +10,6 @@ from types import SimpleNamespace
 from zoneinfo import ZoneInfo
 
 from hypothesis import given, settings
-from hypothesis import strategies as st
 
 from endpoints.governor import (
     RETRY,
@@ -21,50 +20,7 @@ from endpoints.governor import (
 )
 from endpoints.policies import Window, blackout_end, jitter_offset_ms
 from endpoints.schedules import next_cron_after
-
-DAY_MS = 86_400_000
-WINDOW_SETS = [
-    (),
-    (Window(2 * 60, 4 * 60),),  # 02:00-04:00 daily (inside the DST change hours)
-    (Window(22 * 60, 6 * 60, frozenset({5, 6})),),  # over midnight, weekends
-    (Window(0, 12 * 60), Window(12 * 60, 23 * 60 + 59)),  # windows that touch
-]
-moments = st.datetimes(
-    min_value=datetime(2025, 1, 1), max_value=datetime(2028, 12, 31), timezones=st.just(UTC)
-)
-offsets = st.timedeltas(min_value=timedelta(days=-2), max_value=timedelta(days=2))
-bounds = st.one_of(st.none(), st.just(0), st.integers(1_000, 2 * DAY_MS))
-crons = st.sampled_from(["* * * * *", "*/15 * * * *", "0 * * * *", "30 2 * * *", "0 9 * * 1-5"])
-zones = st.sampled_from(["UTC", "Europe/Berlin", "America/New_York", "Australia/Lord_Howe"])
-
-
-@st.composite
-def situations(draw: st.DrawFn) -> tuple[datetime, EndpointSchedule]:
-    now = draw(moments)
-
-    def around() -> datetime | None:
-        return draw(st.one_of(st.none(), offsets.map(lambda delta: now + delta)))
-
-    use_cron = draw(st.booleans())
-    schedule = EndpointSchedule(
-        baseline_cron=draw(crons) if use_cron else "",
-        timezone=draw(zones),
-        baseline_interval_ms=None if use_cron else draw(st.integers(1_000, 7 * DAY_MS)),
-        min_interval_ms=draw(bounds),
-        max_interval_ms=draw(bounds),
-        ai_hint_interval_ms=draw(st.one_of(st.none(), st.integers(1_000, 2 * DAY_MS))),
-        ai_hint_next_run_at=around(),
-        ai_hint_expires_at=around(),
-        paused_until=around(),
-        failure_count=draw(st.integers(0, 40)),
-        tenant_min_interval_ms=draw(st.one_of(st.none(), st.integers(1_000, 600_000))),
-        backoff_cap_ms=draw(st.one_of(st.none(), st.integers(1_000, 30 * DAY_MS))),
-        jitter_offset_ms=draw(st.integers(0, 3_600_000)),
-        retry_at=around(),
-        retry_attempt=draw(st.integers(1, 9)),
-        blackout=draw(st.sampled_from(WINDOW_SETS)),
-    )
-    return now, schedule
+from tests.rules.strategies import DAY_MS, situations
 
 
 @settings(max_examples=400, deadline=None)

@@ -36,7 +36,7 @@ from endpoints.policies import (
     resolve_policy,
     windows_leave_time,
 )
-from tests.rules.test_governor_policies import WINDOW_SETS, situations
+from tests.rules.strategies import WINDOW_SETS, situations
 
 WEEKDAYS = frozenset(range(5))
 ALLOWED_SETS = [

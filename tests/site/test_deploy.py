@@ -17,54 +17,21 @@ import re
 import subprocess
 import sys
 from collections.abc import Mapping
-from pathlib import Path
-from typing import Any
 
 import pytest
-import yaml
 from django.conf import settings
 from django.core.management import get_commands
 
-REPO = Path(__file__).resolve().parents[2]
-COMPOSE = "docker-compose.yml"
-DEMO = "docker-compose.demo.yml"
-APP_SERVICES = (
-    "migrate",
-    "web",
-    "beat",
-    "worker-tick",
-    "worker-execute",
-    "worker-planner",
-    "worker-notify",
+from tests.compose import (
+    COMPOSE,
+    DEMO,
+    LONG_RUNNING,
+    REPO,
+    VARIABLE,
+    interpolate,
+    load_compose,
+    service_command,
 )
-LONG_RUNNING = APP_SERVICES[1:]
-_VARIABLE = re.compile(r"\$\$|\$\{(?P<name>[A-Z0-9_]+)(?:(?P<op>:-|:\?)(?P<arg>[^}]*))?\}")
-
-
-def load_compose(name: str = COMPOSE) -> dict[str, Any]:
-    return yaml.safe_load((REPO / name).read_text())
-
-
-def interpolate(value: str, env: Mapping[str, str]) -> str:
-    """Compose's interpolation: ${VAR}, ${VAR:-default}, ${VAR:?error} and $$."""
-
-    def substitute(match: re.Match[str]) -> str:
-        if match[0] == "$$":
-            return "$"
-        name, op, arg = match["name"], match["op"], match["arg"]
-        if env.get(name):
-            return env[name]
-        if op == ":?":
-            raise ValueError(f"{name} is required: {arg}")
-        return arg if op == ":-" else ""
-
-    return _VARIABLE.sub(substitute, value)
-
-
-def service_command(service: Mapping[str, Any], env: Mapping[str, str]) -> list[str]:
-    command = service["command"]
-    assert isinstance(command, list), "commands are lists, so no shell parses them"
-    return [interpolate(str(part), env) for part in command]
 
 
 def env_example() -> dict[str, str | None]:
@@ -201,7 +168,7 @@ def test_the_env_example_covers_every_setting_read_in_settings() -> None:
 def test_the_env_example_defines_every_variable_the_compose_files_use() -> None:
     used = set()
     for file in (COMPOSE, DEMO):
-        used |= {m["name"] for m in _VARIABLE.finditer((REPO / file).read_text()) if m["name"]}
+        used |= {m["name"] for m in VARIABLE.finditer((REPO / file).read_text()) if m["name"]}
     missing = used - set(env_example())
     assert not missing, f".env.example does not define {sorted(missing)}"
 
