@@ -119,9 +119,11 @@ def now() -> datetime:
 
 
 @pytest.fixture
-def scheduler() -> Iterator[EmbeddedScheduler]:
+def scheduler(transactional_db: None) -> Iterator[EmbeddedScheduler]:
     """What ``runscheduler`` runs, in this process (four runs in flight), ticked by the
-    test (``tick_once``); its runs finished and its threads stopped at the end."""
+    test (``tick_once``); its runs finished and its threads stopped at the end, before
+    the database is emptied (it is set up after it). Its threads have connections of
+    their own, so the rows they read must be committed."""
     embedded = EmbeddedScheduler(max_in_flight=4)
     yield embedded
     embedded.shutdown(timeout=10)
