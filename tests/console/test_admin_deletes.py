@@ -28,8 +28,8 @@ from tests.world import TenantWorld, World
 
 
 @pytest.fixture
-def world(world: World) -> World:
-    """The common one, with an alert channel, an alert and a delivery on each side."""
+def with_history(world: World) -> World:
+    """The common world, with an alert channel, an alert and a delivery on each side."""
     now = timezone.now()
     for side in (world.a, world.b):
         side.channel = Channel.objects.create(
@@ -74,10 +74,10 @@ def _changelist(obj: Model) -> str:
 
 @pytest.mark.parametrize("kind", sorted(PARENTS))
 def test_a_superuser_deletes_a_parent_with_history_from_its_delete_page(
-    world: World, kind: str
+    with_history: World, kind: str
 ) -> None:
-    client = world.client_for(world.root)
-    parent = PARENTS[kind](world.a)
+    client = with_history.client_for(with_history.root)
+    parent = PARENTS[kind](with_history.a)
 
     page = client.get(_delete_url(parent))
     assert page.status_code == 200
@@ -90,16 +90,16 @@ def test_a_superuser_deletes_a_parent_with_history_from_its_delete_page(
 
     assert response.status_code == 302
     assert not type(parent).objects.filter(pk=parent.pk).exists()
-    assert _history_of(world.a) == {"runs": 0, "hints": 0, "sessions": 0, "alerts": 0}
-    assert _history_of(world.b) == {"runs": 1, "hints": 1, "sessions": 1, "alerts": 1}
+    assert _history_of(with_history.a) == {"runs": 0, "hints": 0, "sessions": 0, "alerts": 0}
+    assert _history_of(with_history.b) == {"runs": 1, "hints": 1, "sessions": 1, "alerts": 1}
 
 
 @pytest.mark.parametrize("kind", sorted(PARENTS))
 def test_a_superuser_deletes_parents_with_history_by_the_delete_selected_action(
-    world: World, kind: str
+    with_history: World, kind: str
 ) -> None:
-    client = world.client_for(world.root)
-    parent = PARENTS[kind](world.a)
+    client = with_history.client_for(with_history.root)
+    parent = PARENTS[kind](with_history.a)
     form = {"action": "delete_selected", helpers.ACTION_CHECKBOX_NAME: [parent.pk]}
 
     page = client.post(_changelist(parent), form)
@@ -112,30 +112,30 @@ def test_a_superuser_deletes_parents_with_history_by_the_delete_selected_action(
 
     assert response.status_code == 302
     assert not type(parent).objects.filter(pk=parent.pk).exists()
-    assert _history_of(world.a) == {"runs": 0, "hints": 0, "sessions": 0, "alerts": 0}
-    assert _history_of(world.b) == {"runs": 1, "hints": 1, "sessions": 1, "alerts": 1}
+    assert _history_of(with_history.a) == {"runs": 0, "hints": 0, "sessions": 0, "alerts": 0}
+    assert _history_of(with_history.b) == {"runs": 1, "hints": 1, "sessions": 1, "alerts": 1}
 
 
-def test_a_superuser_deletes_a_channel_with_its_deliveries(world: World) -> None:
-    client = world.client_for(world.root)
-    channel = world.a.channel
+def test_a_superuser_deletes_a_channel_with_its_deliveries(with_history: World) -> None:
+    client = with_history.client_for(with_history.root)
+    channel = with_history.a.channel
 
     assert "Deliveries: 1" in client.get(_delete_url(channel)).content.decode()
     assert client.post(_delete_url(channel), {"post": "yes"}).status_code == 302
 
     assert not Channel.objects.filter(pk=channel.pk).exists()
-    assert list(Delivery.objects.values_list("channel", flat=True)) == [world.b.channel.pk]
-    assert _history_of(world.a)["alerts"] == 1  # the endpoint's alerts stay with it
+    assert list(Delivery.objects.values_list("channel", flat=True)) == [with_history.b.channel.pk]
+    assert _history_of(with_history.a)["alerts"] == 1  # the endpoint's alerts stay with it
 
 
 def test_the_counts_of_a_tenants_delete_cover_everything_of_its_and_nothing_else(
-    world: World,
+    with_history: World,
 ) -> None:
-    client = world.client_for(world.root)
-    world.add_endpoint(world.a.job, "second")
-    Job.objects.create(tenant=world.a.tenant, name="empty-job")
+    client = with_history.client_for(with_history.root)
+    with_history.add_endpoint(with_history.a.job, "second")
+    Job.objects.create(tenant=with_history.a.tenant, name="empty-job")
 
-    text = client.get(_delete_url(world.a.tenant)).content.decode()
+    text = client.get(_delete_url(with_history.a.tenant)).content.decode()
 
     for line in ("Tenants: 1", "Jobs: 2", "Endpoints: 2", "Runs: 1", "Channels: 1"):
         assert line in text
@@ -143,27 +143,31 @@ def test_the_counts_of_a_tenants_delete_cover_everything_of_its_and_nothing_else
     assert "beta-secret" not in text
 
 
-def test_a_staff_member_deletes_nothing_and_never_another_tenants_objects(world: World) -> None:
-    client = world.client_for(world.alice)
+def test_a_staff_member_deletes_nothing_and_never_another_tenants_objects(
+    with_history: World,
+) -> None:
+    client = with_history.client_for(with_history.alice)
 
-    for own in (world.a.job, world.a.endpoint):
+    for own in (with_history.a.job, with_history.a.endpoint):
         assert client.post(_delete_url(own), {"post": "yes"}).status_code == 403
         form = {"action": "delete_selected", helpers.ACTION_CHECKBOX_NAME: [own.pk], "post": "yes"}
         client.post(_changelist(own), form)
         assert type(own).objects.filter(pk=own.pk).exists()
-    for other in (world.b.job, world.b.endpoint):
+    for other in (with_history.b.job, with_history.b.endpoint):
         assert client.post(_delete_url(other), {"post": "yes"}).status_code == 404
-    assert client.post(_delete_url(world.b.tenant), {"post": "yes"}).status_code == 403
-    assert _history_of(world.a)["runs"] == 1 and _history_of(world.b)["runs"] == 1
+    assert client.post(_delete_url(with_history.b.tenant), {"post": "yes"}).status_code == 403
+    assert _history_of(with_history.a)["runs"] == 1 and _history_of(with_history.b)["runs"] == 1
     assert Tenant.objects.count() == 2
 
 
 @pytest.mark.parametrize(
     "record", ["run", "hint", "session"], ids=["run", "hint history", "analysis session"]
 )
-def test_a_single_record_still_cannot_be_deleted_on_its_own(world: World, record: str) -> None:
-    client = world.client_for(world.root)
-    obj: Any = getattr(world.a, record)
+def test_a_single_record_still_cannot_be_deleted_on_its_own(
+    with_history: World, record: str
+) -> None:
+    client = with_history.client_for(with_history.root)
+    obj: Any = getattr(with_history.a, record)
     url = reverse(f"admin:{obj._meta.app_label}_{obj._meta.model_name}_delete", args=[obj.pk])
 
     assert client.post(url, {"post": "yes"}).status_code == 403
@@ -175,9 +179,9 @@ MAX_QUERIES = 20  # measured: 14 for the delete page, 18 for the action (one COU
 
 
 def test_the_delete_page_of_an_endpoint_with_many_runs_counts_them_without_listing_them(
-    world: World, django_assert_max_num_queries: Any
+    with_history: World, django_assert_max_num_queries: Any
 ) -> None:
-    endpoint: Endpoint = world.a.endpoint
+    endpoint: Endpoint = with_history.a.endpoint
     started = timezone.now() - timedelta(days=3)
     Run.objects.bulk_create(
         Run(
@@ -190,7 +194,7 @@ def test_the_delete_page_of_an_endpoint_with_many_runs_counts_them_without_listi
         )
         for i in range(RUNS)
     )
-    client = world.client_for(world.root)
+    client = with_history.client_for(with_history.root)
     run_pages = re.compile(reverse("admin:endpoints_run_changelist") + r"\d+/")
 
     for url, form in (
@@ -242,16 +246,16 @@ def _add_history(endpoint: Endpoint, count: int) -> tuple[list[Run], list[Analys
 
 
 def test_deleting_an_endpoint_takes_as_many_statements_for_many_runs_as_for_few(
-    world: World,
+    with_history: World,
 ) -> None:
     """The history goes set-based (one month of a run a second is 2.6 million runs):
     Django's own delete reads each run's and session's id and deletes them 100 at a time."""
-    few, many = world.a.endpoint, world.b.endpoint
+    few, many = with_history.a.endpoint, with_history.b.endpoint
     _add_history(few, 3)
     many_runs, many_sessions = _add_history(many, 1_000)
     # Rows of another endpoint naming rows that go keep theirs, unlinked (SET_NULL).
     other = Endpoint.objects.create(
-        job=world.b.job, name="other", url="http://127.0.0.1:9/", baseline_interval_ms=60_000
+        job=with_history.b.job, name="other", url="http://127.0.0.1:9/", baseline_interval_ms=60_000
     )
     survivor = Run.objects.create(
         endpoint=other, scheduled_for=timezone.now(), started_at=timezone.now(),

@@ -42,13 +42,12 @@ State = dict[str, Any]
 Step = tuple[str, Callable[[State], dict[str, Any]], str | None]
 
 
-@pytest.fixture
-def api_world(api_world: ApiWorld) -> ApiWorld:
-    """The common one, with a failing episode alerts have raised, for acknowledge_alert."""
+@pytest.fixture(autouse=True)
+def failing_episode(api_world: ApiWorld) -> None:
+    """A failing episode alerts have raised, for acknowledge_alert to acknowledge."""
     AlertState.objects.create(
         endpoint=api_world.a.endpoint, failing=True, failing_since=timezone.now()
     )
-    return api_world
 
 
 @pytest.fixture
