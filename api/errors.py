@@ -5,6 +5,8 @@ from __future__ import annotations
 from http import HTTPStatus
 from typing import Any
 
+from django.conf import settings
+from django.core.exceptions import RequestDataTooBig
 from django.core.exceptions import ValidationError as DjangoValidationError
 from ninja.errors import HttpError, Throttled
 from ninja.errors import ValidationError as NinjaValidationError
@@ -40,6 +42,11 @@ def problem_for(exc: Exception) -> Problem | None:
         return _problem(429, f"Too many requests for this key; retry in {exc.wait} s.")
     if isinstance(exc, HttpError):
         return _problem(exc.status_code, str(exc))
+    if isinstance(exc, RequestDataTooBig):
+        limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
+        return _problem(
+            413, f"The request body is over the {limit} bytes the API reads; send less."
+        )
     return None
 
 

@@ -8,6 +8,7 @@ from collections.abc import Callable
 from functools import wraps
 from typing import Any
 
+from django.core.exceptions import RequestDataTooBig
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.http import Http404, HttpRequest, HttpResponse
 from ninja import NinjaAPI
@@ -128,5 +129,6 @@ for _exc in (
     InvalidInput,
     DjangoValidationError,
     OperationRefused,
+    RequestDataTooBig,
 ):
     _handle(_exc)

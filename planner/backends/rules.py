@@ -170,8 +170,12 @@ def retry_after(headers: Mapping[str, str], body: Any, at: datetime) -> tuple[ti
 def _wait_from(value: Any, at: datetime) -> timedelta | None:
     if isinstance(value, bool) or value is None:
         return None
-    if isinstance(value, int | float):
-        return _seconds_wait(float(value))
+    if isinstance(value, int):
+        # JSON allows any number of digits: an int too large for a float is the longest
+        # wait, not an OverflowError that would fail every analysis of the endpoint.
+        return _seconds_wait(float(min(value, MAX_PLANNABLE_MS // 1000)))
+    if isinstance(value, float):
+        return _seconds_wait(value)
     if not isinstance(value, str):
         return None
     text = value.strip()

@@ -21,6 +21,8 @@ from notifications.models import AlertRule, Channel, ChannelKind
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
+JSON = {"Content-Type": "application/json"}
+
 
 @pytest.fixture
 def endpoint(job: Job) -> Endpoint:
@@ -292,3 +294,16 @@ def test_an_alert_rule_sets_reminders_and_escalation_to_a_channel_of_its_own_ten
         for i in (theirs.pk, 2**40)
     }
     assert len(messages) == 1  # the same words: no tenant's channel ids show through
+
+
+def test_a_body_over_the_limit_is_a_413_problem_and_nothing_is_written(
+    http: httpx.Client, settings: Any
+) -> None:
+    name = "x" * (settings.DATA_UPLOAD_MAX_MEMORY_SIZE + 1)
+    answer = http.post("/jobs", content=json.dumps({"name": name}), headers=JSON)
+
+    assert answer.status_code == 413, answer.text
+    assert answer.headers["Content-Type"] == "application/problem+json"
+    limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
+    assert f"over the {limit} bytes the API reads" in answer.json()["detail"]
+    assert not Job.objects.exists()

@@ -16,6 +16,7 @@ from werkzeug import Request, Response
 from endpoints import operations
 from endpoints.engine import claiming, running
 from endpoints.engine.executor import NetworkPolicy
+from endpoints.governor import MAX_PLANNABLE_MS
 from endpoints.models import Endpoint, HintHistory, HintKind, Run
 from planner.analysis import plan_cycle
 from planner.backends.rules import (
@@ -97,6 +98,9 @@ def test_queue_depth_trends_read_newest_first(depths: tuple[int, ...], trend: st
         ({"retryAfter": "2026-11-22T12:02:00Z"}, 120),
         ({"Retry-After": "Sun, 22 Nov 2026 12:01:00 GMT"}, 60),
         ({"retry_after": -5}, 300),
+        # 401 digits: more than a float holds; the longest wait anything is planned with.
+        ({"retry_after": 10**400}, MAX_PLANNABLE_MS // 1000),
+        ({"retry_after": "9" * 401}, 300),  # as text it reads as infinity: no wait from it
         ({"error": "slow down"}, 300),
         ("Too Many Requests", 300),
     ],
