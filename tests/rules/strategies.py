@@ -1,9 +1,11 @@
 """Hypothesis strategies shared by the governor's property tests: bounded aware-UTC
 moments, crons and zones people use, window sets (inside the DST hours, over midnight,
-touching), and whole situations (a moment and an endpoint's schedule with a run policy)."""
+touching), and whole situations (a moment and an endpoint's schedule, with or without a run
+policy)."""
 
 from __future__ import annotations
 
+import dataclasses
 from datetime import UTC, datetime, timedelta
 
 from hypothesis import strategies as st
@@ -35,21 +37,23 @@ offsets = st.timedeltas(min_value=timedelta(days=-2), max_value=timedelta(days=2
 bounds = st.one_of(st.none(), st.just(0), st.integers(1_000, 2 * DAY_MS))
 
 
-crons = st.sampled_from(["* * * * *", "*/15 * * * *", "0 * * * *", "30 2 * * *", "0 9 * * 1-5"])
+crons = st.sampled_from(
+    ["* * * * *", "*/15 * * * *", "0 * * * *", "30 2 * * *", "30 1 * * *", "0 9 * * 1-5"]
+)
 
 
 zones = st.sampled_from(["UTC", "Europe/Berlin", "America/New_York", "Australia/Lord_Howe"])
 
 
 @st.composite
-def situations(draw: st.DrawFn) -> tuple[datetime, EndpointSchedule]:
-    now = draw(moments)
+def schedules(draw: st.DrawFn, now: datetime) -> EndpointSchedule:
+    """Any schedule the database accepts, with hints and pauses placed around ``now``."""
 
     def around() -> datetime | None:
         return draw(st.one_of(st.none(), offsets.map(lambda delta: now + delta)))
 
     use_cron = draw(st.booleans())
-    schedule = EndpointSchedule(
+    return EndpointSchedule(
         baseline_cron=draw(crons) if use_cron else "",
         timezone=draw(zones),
         baseline_interval_ms=None if use_cron else draw(st.integers(1_000, 7 * DAY_MS)),
@@ -60,11 +64,26 @@ def situations(draw: st.DrawFn) -> tuple[datetime, EndpointSchedule]:
         ai_hint_expires_at=around(),
         paused_until=around(),
         failure_count=draw(st.integers(0, 40)),
+    )
+
+
+@st.composite
+def situations(draw: st.DrawFn) -> tuple[datetime, EndpointSchedule]:
+    now = draw(moments)
+    return now, draw(schedules(now))
+
+
+@st.composite
+def policy_situations(draw: st.DrawFn) -> tuple[datetime, EndpointSchedule]:
+    """``situations`` with a run policy too: the tenant's floor, a backoff cap, a jitter
+    offset, a retry in its slot, a blackout."""
+    now, schedule = draw(situations())
+    return now, dataclasses.replace(
+        schedule,
         tenant_min_interval_ms=draw(st.one_of(st.none(), st.integers(1_000, 600_000))),
         backoff_cap_ms=draw(st.one_of(st.none(), st.integers(1_000, 30 * DAY_MS))),
         jitter_offset_ms=draw(st.integers(0, 3_600_000)),
-        retry_at=around(),
+        retry_at=draw(st.one_of(st.none(), offsets.map(lambda delta: now + delta))),
         retry_attempt=draw(st.integers(1, 9)),
         blackout=draw(st.sampled_from(WINDOW_SETS)),
     )
-    return now, schedule

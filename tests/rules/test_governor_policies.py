@@ -20,11 +20,11 @@ from endpoints.governor import (
 )
 from endpoints.policies import Window, blackout_end, jitter_offset_ms
 from endpoints.schedules import next_cron_after
-from tests.rules.strategies import DAY_MS, situations
+from tests.rules.strategies import DAY_MS, policy_situations
 
 
 @settings(max_examples=400, deadline=None)
-@given(situations())
+@given(policy_situations())
 def test_never_in_the_past_never_before_a_pause_ends_never_below_the_minimums(
     situation: tuple[datetime, EndpointSchedule],
 ) -> None:
@@ -44,7 +44,7 @@ def test_never_in_the_past_never_before_a_pause_ends_never_below_the_minimums(
 
 
 @settings(max_examples=400, deadline=None)
-@given(situations())
+@given(policy_situations())
 def test_never_inside_a_blackout_window_unless_a_pause_ends_there(
     situation: tuple[datetime, EndpointSchedule],
 ) -> None:
@@ -76,7 +76,7 @@ def test_a_blackout_window_moves_the_run_to_its_end_and_explain_says_so() -> Non
 
 
 @settings(max_examples=200, deadline=None)
-@given(situations())
+@given(policy_situations())
 def test_the_same_inputs_give_the_same_answer(situation: tuple[datetime, EndpointSchedule]) -> None:
     now, schedule = situation
     copy = dataclasses.replace(schedule)
@@ -85,7 +85,7 @@ def test_the_same_inputs_give_the_same_answer(situation: tuple[datetime, Endpoin
 
 
 @settings(max_examples=300, deadline=None)
-@given(situations())
+@given(policy_situations())
 def test_backoff_never_exceeds_the_cap_or_the_interval_if_longer(
     situation: tuple[datetime, EndpointSchedule],
 ) -> None:
@@ -99,7 +99,7 @@ def test_backoff_never_exceeds_the_cap_or_the_interval_if_longer(
 
 
 @settings(max_examples=300, deadline=None)
-@given(situations())
+@given(policy_situations())
 def test_a_jittered_cron_run_is_its_slot_plus_the_offset_and_never_repeats_a_slot(
     situation: tuple[datetime, EndpointSchedule],
 ) -> None:
@@ -118,7 +118,7 @@ def test_a_jittered_cron_run_is_its_slot_plus_the_offset_and_never_repeats_a_slo
 
 
 @settings(max_examples=300, deadline=None)
-@given(situations())
+@given(policy_situations())
 def test_a_retry_is_never_later_than_the_next_slot(
     situation: tuple[datetime, EndpointSchedule],
 ) -> None:

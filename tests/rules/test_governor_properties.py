@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import dataclasses
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from endpoints.governor import EndpointSchedule, plan_next_run
+from tests.rules.strategies import DAY_MS, crons, moments, situations
 
 SOURCES = {
     "baseline-cron",
@@ -19,47 +20,6 @@ SOURCES = {
     "clamped-max",
     "paused",
 }
-DAY_MS = 86_400_000
-
-moments = st.datetimes(
-    min_value=datetime(2025, 1, 1),
-    max_value=datetime(2028, 12, 31),
-    timezones=st.just(UTC),
-)
-offsets = st.timedeltas(min_value=timedelta(days=-2), max_value=timedelta(days=2))
-bounds = st.one_of(st.none(), st.just(0), st.integers(1_000, 2 * DAY_MS))
-crons = st.sampled_from(
-    ["* * * * *", "*/15 * * * *", "0 * * * *", "30 2 * * *", "30 1 * * *", "0 9 * * 1-5"]
-)
-zones = st.sampled_from(["UTC", "Europe/Berlin", "America/New_York", "Australia/Lord_Howe"])
-
-
-@st.composite
-def schedules(draw: st.DrawFn, now: datetime) -> EndpointSchedule:
-    """Any schedule the database accepts, with hints and pauses placed around ``now``."""
-
-    def around() -> datetime | None:
-        return draw(st.one_of(st.none(), offsets.map(lambda delta: now + delta)))
-
-    use_cron = draw(st.booleans())
-    return EndpointSchedule(
-        baseline_cron=draw(crons) if use_cron else "",
-        timezone=draw(zones),
-        baseline_interval_ms=None if use_cron else draw(st.integers(1_000, 7 * DAY_MS)),
-        min_interval_ms=draw(bounds),
-        max_interval_ms=draw(bounds),
-        ai_hint_interval_ms=draw(st.one_of(st.none(), st.integers(1_000, 2 * DAY_MS))),
-        ai_hint_next_run_at=around(),
-        ai_hint_expires_at=around(),
-        paused_until=around(),
-        failure_count=draw(st.integers(0, 40)),
-    )
-
-
-@st.composite
-def situations(draw: st.DrawFn) -> tuple[datetime, EndpointSchedule]:
-    now = draw(moments)
-    return now, draw(schedules(now))
 
 
 def ms(value: int) -> timedelta:

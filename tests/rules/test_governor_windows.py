@@ -36,7 +36,7 @@ from endpoints.policies import (
     resolve_policy,
     windows_leave_time,
 )
-from tests.rules.strategies import WINDOW_SETS, situations
+from tests.rules.strategies import WINDOW_SETS, policy_situations
 
 WEEKDAYS = frozenset(range(5))
 ALLOWED_SETS = [
@@ -57,7 +57,7 @@ def windowed(draw: st.DrawFn) -> tuple[datetime, EndpointSchedule]:
     """Every policy at once: the run-policy situations, plus allowed windows that leave
     time outside the blackouts (validation refuses the others), an active period and a
     one-off around ``now``."""
-    now, schedule = draw(situations())
+    now, schedule = draw(policy_situations())
     allowed = draw(st.sampled_from(ALLOWED_SETS))
     assume(not allowed or windows_leave_time(list(allowed), list(schedule.blackout)))
     near = st.timedeltas(min_value=timedelta(days=-3), max_value=timedelta(days=3))
