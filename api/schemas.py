@@ -15,7 +15,7 @@ from ninja import Field, Schema
 from pydantic import AfterValidator, BeforeValidator, ConfigDict, WithJsonSchema
 from pydantic.json_schema import JsonDict
 
-from endpoints.choices import DEFAULT_HINT_TTL_MS
+from endpoints.choices import DEFAULT_HINT_TTL_MS, PauseSource
 from endpoints.models import (
     HintKind,
     JobStatus,
@@ -376,6 +376,11 @@ class EndpointOut(Schema):
     ai_hint_reason: str
     paused_until: datetime | None
     pause_reason: str
+    pause_source: str = Field(
+        description="Who paused it: person, planner, breaker (its end is a probe run), "
+        "breaker-held (until a person resumes it); empty when not paused.",
+        json_schema_extra=_enum("", *PauseSource.values),
+    )
     failure_count: int
     last_run_at: datetime | None
     archived_at: datetime | None

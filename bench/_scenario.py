@@ -77,6 +77,8 @@ class Params:
     # seconds, so nothing is claimed, then resumed and watched for ``after_outage`` s.
     outage: float = 0.0
     after_outage: float = 60.0
+    # The load job's run policy (bench/throughput.py --policy largest): every endpoint's.
+    run_policy: dict[str, Any] = field(default_factory=dict)
 
     def database_url(self) -> str:
         if self.database == "sqlite":
@@ -233,7 +235,7 @@ def make_endpoints(params: Params, url: str) -> None:
     from endpoints.models import Endpoint, Job, Tenant
 
     tenant = Tenant.objects.create(name="bench", max_endpoints=params.n + 10)
-    job = Job.objects.create(tenant=tenant, name="load")
+    job = Job.objects.create(tenant=tenant, name="load", run_policy=params.run_policy)
     later = timezone.now() + FAR_FUTURE
     Endpoint.objects.bulk_create(
         [

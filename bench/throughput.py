@@ -10,6 +10,11 @@ keep up). Scenarios, each in its own process and database:
 - ``runscheduler-sqlite`` and ``runscheduler-pg``: ``manage.py runscheduler``;
 - ``--chunks 1,10,50``: the Celery scenario again with that many claims per execute
   message (1 = one message per run), to show the per-message broker cost;
+- ``--policy largest``: each scenario again with the largest run policy every endpoint's
+  runs still succeed under (``LARGEST_POLICY``: the most windows of both kinds on every
+  day, fifty status codes, retries, breaker, catch-up window), to show what the engine
+  pays per run for a policy (issue 32: the policy is resolved once per content, a
+  window is one lookup);
 
 Baseline in the same run: the raw request rate of ``endpoints.engine.executor.perform_request``
 against the same server on the same number of threads; each result is also given as a
@@ -29,11 +34,33 @@ from _scenario import Params, run_in_subprocess
 
 TARGET = 1000
 SCENARIOS = ("celery-pg", "runscheduler-sqlite", "runscheduler-pg")
+# The largest policy the validation takes under which the fast target's answers still
+# succeed and every minute of the day but 23:58-00:01 is free (no body check: the
+# target's body is "ok"). Run the bench outside those minutes.
+_EVERY_DAY = ["mon", "tue", "wed", "thu", "fri", "sat", "sun"]
+LARGEST_POLICY: dict[str, Any] = {
+    "expected_status": [*range(200, 249), "2xx"],
+    "max_duration_ms": 60_000,
+    "retry_attempts": 10,
+    "retry_delay_ms": 1_000,
+    "breaker_failed_slots": 1_000,
+    "breaker_needs_person": True,
+    "breaker_cooldown_ms": 60_000,
+    "catchup_window_ms": 3_600_000,
+    "backoff_cap_ms": 60_000,
+    "allowed": [{"start": "00:00", "end": "23:59", "days": _EVERY_DAY}] * 20,
+    "blackout": [{"start": "23:58", "end": "00:01", "days": _EVERY_DAY}] * 20,
+    "active_from": "2026-01-01T00:00:00Z",
+    "active_until": "2099-01-01T00:00:00Z",
+}
 
 
-def params_for(name: str, args: argparse.Namespace, chunk: int | None = None) -> Params:
+def params_for(
+    name: str, args: argparse.Namespace, chunk: int | None = None, *, policy: bool = False
+) -> Params:
     mode, database = name.split("-")
     label = name if chunk is None else f"{name} chunk={chunk}"
+    label += " largest policy" if policy else ""
     return Params(
         mode=mode,
         database="postgres" if database == "pg" else "sqlite",
@@ -50,6 +77,7 @@ def params_for(name: str, args: argparse.Namespace, chunk: int | None = None) ->
         label=label,
         extra_env={},
         profile=args.profile,
+        run_policy=LARGEST_POLICY if policy else {},
     )
 
 
@@ -84,13 +112,21 @@ def main() -> None:
     parser.add_argument("--only", default=",".join(SCENARIOS))
     parser.add_argument("--chunks", default="", help="e.g. 1,10,50: Celery chunk sizes")
     parser.add_argument(
+        "--policy", choices=("empty", "largest"), default="empty",
+        help="largest: each scenario also with LARGEST_POLICY, right after it",
+    )  # fmt: skip
+    parser.add_argument(
         "--profile", action="store_true", help="py-spy and pg_stat_statements over the window"
     )
     args = parser.parse_args()
     if not (1 <= args.n <= 20_000 and 1 <= args.window <= 300 and 0 <= args.warmup <= 60):
         raise SystemExit("Keep --n within 1..20000, --window 1..300 s, --warmup 0..60 s.")
 
-    plans = [params_for(name, args) for name in args.only.split(",") if name]
+    plans = []
+    for name in filter(None, args.only.split(",")):
+        plans.append(params_for(name, args))
+        if args.policy == "largest":
+            plans.append(params_for(name, args, policy=True))
     plans += [params_for("celery-pg", args, int(c)) for c in args.chunks.split(",") if c]
     results = []
     for params in plans:

@@ -68,5 +68,17 @@ class HintKind(models.TextChoices):
     CLEAR = "clear"
 
 
+class PauseSource(models.TextChoices):
+    """Who paused an endpoint (blank: not paused, or paused before sources were kept)."""
+
+    PERSON = "person", "a person (admin, API, MCP or a command)"
+    PLANNER = "planner", "the planner"
+    BREAKER = "breaker", "the breaker, until its probe run"
+    HELD = "breaker-held", "the breaker, until a person resumes it"
+
+
+BREAKER_SOURCES = (PauseSource.BREAKER, PauseSource.HELD)
+
+
 # How long an operator's hint lasts when no TTL is given (the hint command, API, MCP).
 DEFAULT_HINT_TTL_MS = {HintKind.INTERVAL: 60 * 60 * 1_000, HintKind.ONESHOT: 30 * 60 * 1_000}

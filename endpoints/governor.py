@@ -51,20 +51,13 @@ from typing import Any
 from zoneinfo import ZoneInfo
 
 from endpoints.policies import DEFAULT as DEFAULT_POLICY
-from endpoints.policies import (
-    MAX_WINDOWS,
-    OPENING_DAYS,
-    Window,
-    allowed_opening,
-    blackout_end,
-    jitter_offset_ms,
-    resolve_policy,
-)
+from endpoints.policies import RunPolicy, jitter_offset_ms, stored_policy
 from endpoints.schedules import (
     MAX_PLANNABLE_MS,
     describe_schedule,
     next_cron_after,
 )
+from endpoints.windows import Window, free_week, minute_of_week, next_free
 from endpoints.wording import count_words, delta_words, duration_words
 
 MAX_BACKOFF_EXPONENT = 5
@@ -108,10 +101,8 @@ POLICY_FIELDS = (
     "active_until",
     "run_once_at",
     "phase_slot",
+    "policy_problem",
 )
-# A search through windows that touch or alternate (blackouts inside allowed hours) takes
-# one step per window edge; a week and a day of edges bounds it.
-MAX_WINDOW_STEPS = 2 * (OPENING_DAYS + 1) * MAX_WINDOWS + 4
 HINT_FIELDS = ("ai_hint_interval_ms", "ai_hint_next_run_at", "ai_hint_expires_at")
 
 
@@ -142,6 +133,8 @@ class EndpointSchedule:
     run_once_at: datetime | None = None  # a one-off: this run, then none
     # The engine's, for a scheduled run: its slot, whose phase a late run's interval keeps.
     phase_slot: datetime | None = None
+    # Why the stored run policy could not be used (its defaults apply), else "".
+    policy_problem: str = ""
 
     @classmethod
     def from_endpoint(cls, endpoint: Any) -> EndpointSchedule:
@@ -198,11 +191,13 @@ class Decision:
 
 
 def policy_fields(endpoint: Any) -> dict[str, Any]:
-    """The governor's share of an endpoint's run policy (job defaults, endpoint override).
-    No policy anywhere (the common case) costs two attribute reads."""
-    job_policy = getattr(endpoint, "job_run_policy", None)
-    own = getattr(endpoint, "run_policy", None)
-    policy = resolve_policy(job_policy, own) if job_policy or own else DEFAULT_POLICY
+    """The governor's share of an endpoint's run policy: ``endpoint.policy`` where its
+    reader resolved it (``policies.stored_policy``), else from the two stored objects."""
+    policy: RunPolicy | None = getattr(endpoint, "policy", None)
+    if policy is None:
+        policy = stored_policy(
+            getattr(endpoint, "job_run_policy", None), getattr(endpoint, "run_policy", None)
+        )
     offset = jitter_offset_ms(endpoint.pk or 0, policy.jitter_ms) if policy.jitter_ms else 0
     return {
         "backoff_cap_ms": policy.backoff_cap_ms,
@@ -212,6 +207,7 @@ def policy_fields(endpoint: Any) -> dict[str, Any]:
         "active_from": policy.active_from,
         "active_until": policy.active_until,
         "run_once_at": policy.run_once_at,
+        "policy_problem": policy.problem,
     }
 
 
@@ -276,6 +272,11 @@ def missed_one_off(
 
 def decide(now: datetime, schedule: EndpointSchedule) -> Decision:
     steps: list[str] = _out_of_bounds(schedule)
+    if schedule.policy_problem:
+        steps.append(
+            f"the stored run policy cannot be used ({schedule.policy_problem[:300]}): "
+            "the defaults apply; correct the run policy"
+        )
     baseline = _baseline(now, schedule)
     steps.insert(0, f"baseline: {_when(baseline.at, now)} ({baseline.source})")
     if schedule.phase_slot is not None and _on_phase(now, schedule) is not None:
@@ -424,43 +425,37 @@ def _first_active(
 def _into_windows(
     at: datetime, source: str, schedule: EndpointSchedule, steps: list[str]
 ) -> tuple[datetime, str] | None:
-    """A run inside a blackout window moves to the window's end, one outside the allowed
-    windows to their next opening, until neither applies (windows that touch or
-    alternate are followed; bounded). Only later, so every minimum still holds; a pause
-    still wins after this. None (with a step) when no time is found: validation refuses
-    such policies, so only a policy stored some other way gets here."""
+    """A run inside a blackout window, or outside the allowed windows, moves to the first
+    time inside an allowed window and outside every blackout: one lookup in the policy's
+    free week (``endpoints.windows``). Only later, so every minimum still holds; a pause
+    still wins after this. None (with a step) when the windows leave no time:
+    validation refuses such policies, so only a policy stored some other way gets here."""
     if not schedule.blackout and not schedule.allowed:
         return at, source
     zone = ZoneInfo(schedule.timezone or "UTC")
-    # A retry or a one-off moved by a window is still what it was.
-    kept = source if source in (RETRY, ONCE) else WINDOW
-    for _ in range(MAX_WINDOW_STEPS):
-        found = blackout_end(at, zone, schedule.blackout)
-        if found is not None:
-            end, window = found
-            steps.append(
-                f"inside the blackout window {window.words()} ({schedule.timezone}): "
-                f"moved to its end, {_stamp(end)}"
-            )
-            at, source = end, kept
-            continue
-        if not schedule.allowed:
-            return at, source
-        opening = allowed_opening(at, zone, schedule.allowed)
-        if opening is None:
-            break
-        if opening[1] is None:
-            return at, source
+    free = free_week(schedule.allowed, schedule.blackout)
+    found = next_free(at, zone, free)
+    if found is None:
+        steps.append(
+            "no time inside the allowed windows and outside the blackout windows was found: "
+            "no run; correct the run policy"
+        )
+        return None
+    if found == at:
+        return at, source
+    blackout = free.blackout_covering(minute_of_week(at, zone))
+    if blackout is not None:
+        steps.append(
+            f"inside the blackout window {blackout.words()} ({schedule.timezone}): "
+            f"moved to the next time free to run, {_stamp(found)}"
+        )
+    else:
         steps.append(
             f"outside the allowed windows ({', '.join(w.words() for w in schedule.allowed)}, "
-            f"{schedule.timezone}): moved to the next opening, {_stamp(opening[0])}"
+            f"{schedule.timezone}): moved to the next opening, {_stamp(found)}"
         )
-        at, source = opening[0], kept
-    steps.append(
-        "no time inside the allowed windows and outside the blackout windows was found: "
-        "no run; correct the run policy"
-    )
-    return None
+    # A retry or a one-off moved by a window is still what it was.
+    return found, (source if source in (RETRY, ONCE) else WINDOW)
 
 
 def _baseline(now: datetime, schedule: EndpointSchedule) -> Candidate:

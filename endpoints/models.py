@@ -17,8 +17,16 @@ from django.db.models import F, Q, Value
 from django.utils.timezone import now as current_time
 
 from endpoints import validation
-from endpoints.choices import HintKind, HttpMethod, JobStatus, RunStatus, RunTrigger, Source
-from endpoints.policies import lasts_until_resumed
+from endpoints.choices import (
+    HintKind,
+    HttpMethod,
+    JobStatus,
+    PauseSource,
+    RunStatus,
+    RunTrigger,
+    Source,
+)
+from endpoints.policies import RunPolicy, stored_policy
 from endpoints.validation import (
     MAX_INTERVAL_MS,
     MAX_RESPONSE_KB,
@@ -258,6 +266,7 @@ class Endpoint(models.Model):
     # State.
     paused_until = models.DateTimeField(null=True, blank=True)
     pause_reason = models.TextField(blank=True)
+    pause_source = models.CharField(max_length=16, choices=PauseSource.choices, blank=True)
     failure_count = models.PositiveIntegerField(default=0)
     # Overrides of the job's run policy, key by key (endpoints.policies).
     run_policy = models.JSONField(
@@ -430,6 +439,12 @@ class Endpoint(models.Model):
         return self.job.run_policy if cached and self.job is not None else {}
 
     @property
+    def policy(self) -> RunPolicy:
+        """The run policy it runs by (``policies.stored_policy``): its job's, overridden by
+        its own, as stored."""
+        return stored_policy(self.job_run_policy, self.run_policy)
+
+    @property
     def tenant_min_interval_ms(self) -> int:
         """The tenant's shortest interval, once the endpoint has a job (saved or not);
         the governor clamps every plan to it."""
@@ -455,7 +470,7 @@ class Endpoint(models.Model):
         return pause_words(
             self.paused_until,
             now,
-            until_resumed=lasts_until_resumed(self.pause_reason),
+            until_resumed=self.pause_source == PauseSource.HELD,
             brief=brief,
         )
 
@@ -695,6 +710,7 @@ class HintHistory(models.Model):
     interval_ms = models.BigIntegerField(null=True, blank=True)
     next_run_at = models.DateTimeField(null=True, blank=True)
     paused_until = models.DateTimeField(null=True, blank=True)
+    pause_source = models.CharField(max_length=16, choices=PauseSource.choices, blank=True)
     expires_at = models.DateTimeField(null=True, blank=True)
     reason = models.TextField(blank=True)
     created_at = models.DateTimeField()

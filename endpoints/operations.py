@@ -23,16 +23,13 @@ from django.db.models.deletion import get_candidate_relations_to_delete
 from django.db.models.fields.reverse_related import ForeignObjectRel
 from django.utils import timezone
 
-from endpoints import validation
+from endpoints import breaker, validation
 from endpoints.engine import metrics
 from endpoints.engine.executor import perform_request
 from endpoints.engine.logs import log_event
 from endpoints.engine.outcomes import (
     NO_HINT,
     RESULT_STATUS,
-    failed_slots_reason,
-    pause_by_breaker,
-    run_policy_of,
 )
 from endpoints.engine.running import judged, request_for
 from endpoints.governor import (
@@ -46,6 +43,7 @@ from endpoints.models import (
     HintKind,
     Job,
     JobStatus,
+    PauseSource,
     Run,
     RunStatus,
     RunTrigger,
@@ -157,17 +155,19 @@ def _plan_keeping_retry(
 
 def _open_breaker_at(endpoint: Endpoint, failures: int, *, now: datetime) -> None:
     """The breaker, when the slot whose retries a plan ended brings the failed slots to
-    its threshold, as at a run's end (``outcomes.failed_slots_reason``)."""
-    policy = run_policy_of(endpoint)
+    its threshold, as at a run's end."""
+    policy = endpoint.policy
     last = (
         Run.objects.filter(endpoint_id=endpoint.pk)
         .order_by("-started_at")
         .values_list("error", "status")
         .first()
     )
-    reason = failed_slots_reason(policy, failures, (last[0] or last[1]) if last else "failure")
-    if reason and (text := pause_by_breaker(endpoint.pk, policy, now=now, reason=reason)):
-        endpoint.refresh_from_db(fields=["paused_until", "pause_reason"])
+    reason = breaker.failed_slots_reason(
+        policy, failures, (last[0] or last[1]) if last else "failure"
+    )
+    if reason and (text := breaker.open_breaker(endpoint.pk, policy, now=now, reason=reason)):
+        endpoint.refresh_from_db(fields=["paused_until", "pause_reason", "pause_source"])
         log_event(logging.WARNING, text, endpoint_id=endpoint.pk)
 
 
@@ -183,7 +183,7 @@ def held_schedule(endpoint: Endpoint) -> EndpointSchedule:
         or endpoint.claim_token is not None
         or endpoint.next_run_source != Source.RETRY
         or endpoint.next_run_at is None
-        or attempt > run_policy_of(endpoint).retry_attempts
+        or attempt > endpoint.policy.retry_attempts
     ):
         return schedule
     return replace(schedule, retry_at=endpoint.next_run_at, retry_attempt=attempt - 1)
@@ -301,7 +301,7 @@ def test_endpoint(endpoint: Endpoint, *, now: datetime | None = None) -> Run:
         perform_request(
             request_for(endpoint, tenant.hmac_secret, tenant.previous_secret(timezone.now()))
         ),
-        run_policy_of(endpoint),
+        endpoint.policy,
     )
     finished = started + timedelta(milliseconds=max(int(result.duration_ms), 0))
     Run.objects.filter(pk=run.pk).update(
@@ -345,8 +345,11 @@ def pause_endpoint(
     if problem := validation.pause_problem(until, now):
         raise OperationRefused(problem)
     _refuse_archived(endpoint, "be paused")
-    Endpoint.objects.filter(pk=endpoint.pk).update(paused_until=until, pause_reason=reason)
-    endpoint.paused_until, endpoint.pause_reason = until, reason
+    source = PauseSource.PLANNER if session is not None else PauseSource.PERSON
+    Endpoint.objects.filter(pk=endpoint.pk).update(
+        paused_until=until, pause_reason=reason, pause_source=source
+    )
+    endpoint.paused_until, endpoint.pause_reason, endpoint.pause_source = until, reason, source
     recompute_next_run(endpoint, now=now)
     return _history(
         endpoint,
@@ -355,6 +358,7 @@ def pause_endpoint(
         user=user,
         session=session,
         paused_until=until,
+        pause_source=source,
         reason=reason,
     )
 
@@ -363,8 +367,10 @@ def resume_endpoint(
     endpoint: Endpoint, *, now: datetime, reason: str = "", user: Any = None, session: Any = None
 ) -> HintHistory:
     _refuse_bad_reason(reason)
-    Endpoint.objects.filter(pk=endpoint.pk).update(paused_until=None, pause_reason="")
-    endpoint.paused_until, endpoint.pause_reason = None, ""
+    Endpoint.objects.filter(pk=endpoint.pk).update(
+        paused_until=None, pause_reason="", pause_source=""
+    )
+    endpoint.paused_until, endpoint.pause_reason, endpoint.pause_source = None, "", ""
     recompute_next_run(endpoint, now=now)
     return _history(endpoint, HintKind.RESUME, now=now, user=user, session=session, reason=reason)
 

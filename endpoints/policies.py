@@ -1,6 +1,10 @@
 """Run policies: what counts as success, retries within a slot, the backoff cap, the
 breaker, the catch-up window and jitter. Pure rules, no models, no clock.
 
+The one owner of a policy: ``policy_problems`` is the validation every interface calls
+(each key and list bounded, the whole object at most ``MAX_POLICY_BYTES``), and
+``stored_policy`` the typed value every reader takes, resolved once per content.
+
 A policy is a small JSON object on the job (the defaults of its endpoints) and on the
 endpoint (an override, key by key). Both empty, the common case, resolve to ``DEFAULT``
 without parsing anything: the hot path pays nothing for the feature it does not use.
@@ -20,7 +24,7 @@ Keys (all optional; ``DEFAULTS`` below, with the README saying why):
 - ``breaker_needs_person``: pause at once on a failure a person must fix (401, 403, 404,
   410, a failed body check).
 - ``breaker_cooldown_ms``: the breaker's pause length; its end is the probe run (without
-  it the pause lasts until a person resumes, at most ``BREAKER_HOLD_MS``).
+  it the pause lasts until a person resumes). The breaker itself: ``endpoints.breaker``.
 - ``catchup_window_ms``: a scheduled run found later than this is skipped (recorded) and
   the next slot planned; empty = always run once, however late (the original's rule).
 - ``jitter_ms``: a deterministic per-endpoint offset of up to this many ms on cron slots.
@@ -30,6 +34,7 @@ Keys (all optional; ``DEFAULTS`` below, with the README saying why):
   inside one moves to its end.
 - ``allowed``: windows of the same shape when it may run; when given, a run planned
   outside all of them moves to the next opening (blackouts still apply inside them).
+  Both planned by ``endpoints.windows``.
 - ``active_from`` / ``active_until``: ISO 8601 date-times with an offset; before the first
   the first run is the schedule's first slot at or after it, after the second there is
   no next run.
@@ -40,26 +45,25 @@ Keys (all optional; ``DEFAULTS`` below, with the README saying why):
 from __future__ import annotations
 
 import json
+import logging
 import re
 from dataclasses import dataclass, fields, replace
-from datetime import UTC, datetime, time, timedelta
+from datetime import UTC, datetime
+from functools import lru_cache
 from typing import Any
-from zoneinfo import ZoneInfo
 
 from endpoints.jsonb import json_scalar_problem, unencodable_problem
-from endpoints.wording import duration_words
+from endpoints.windows import Window, parse_window, windows_leave_time, windows_problem
 
 MIN_DELAY_MS = 1_000
 MAX_ATTEMPTS = 10
 MAX_DELAY_MS = 24 * 3_600_000
 MAX_JITTER_MS = 3_600_000
 MAX_TEXT = 1_000
-BREAKER_HOLD_MS = 365 * 24 * 3_600_000
-# How the breaker's pause reason starts: the alerts tell a breaker's pause by it.
-BREAKER_REASON_PREFIX = "Breaker: "
-# How the reason of a breaker's pause without a cool-down ends: that pause lasts until a
-# person resumes it (its stored end, BREAKER_HOLD_MS ahead, only gives the plan a time).
-BREAKER_UNTIL_RESUMED = "; resume it once the cause is fixed"
+MAX_COOLDOWN_MS = 365 * 24 * 3_600_000
+# The largest policy every key of which is within its own limits is about 14 KB (texts of
+# MAX_TEXT four-byte characters, MAX_WINDOWS windows of both kinds on every day).
+MAX_POLICY_BYTES = 16_384
 # A Retry-After is honoured up to this; further than that the slot is left to fail.
 MAX_RETRY_AFTER_MS = 3_600_000
 
@@ -69,29 +73,7 @@ OTHER = "other"  # any other failure: not retried, counted as a failed slot
 NEEDS_PERSON_CODES = frozenset({401, 403, 404, 405, 410, 451})
 
 _STATUS_CLASS = re.compile(r"[1-5]xx\Z")
-
-
-DAYS = ("mon", "tue", "wed", "thu", "fri", "sat", "sun")
-MAX_WINDOWS = 20
-_CLOCK = re.compile(r"([01]\d|2[0-3]):([0-5]\d)\Z")
-
-
-@dataclass(frozen=True)
-class Window:
-    """A recurring window of local time: minutes after midnight, and the weekdays it
-    starts on (0 = Monday; empty = every day)."""
-
-    start: int
-    end: int
-    days: frozenset[int] = frozenset()
-
-    def words(self) -> str:
-        days = ",".join(DAYS[d] for d in sorted(self.days)) if self.days else "daily"
-        return f"{_hhmm(self.start)}-{_hhmm(self.end)} {days}"
-
-
-def _hhmm(minutes: int) -> str:
-    return f"{minutes // 60:02d}:{minutes % 60:02d}"
+logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -116,6 +98,8 @@ class RunPolicy:
     active_from: datetime | None = None
     active_until: datetime | None = None
     run_once_at: datetime | None = None
+    # Not a key: why a stored policy could not be used (``stored_policy``), else "".
+    problem: str = ""
 
     @property
     def checks_success(self) -> bool:
@@ -138,7 +122,7 @@ class RunPolicy:
 
 
 DEFAULT = RunPolicy()
-KEYS = tuple(f.name for f in fields(RunPolicy))
+KEYS = tuple(f.name for f in fields(RunPolicy) if f.name != "problem")
 _INT_KEYS = {
     "max_duration_ms": (1, MAX_DELAY_MS),
     "retry_attempts": (1, MAX_ATTEMPTS),
@@ -146,7 +130,7 @@ _INT_KEYS = {
     "retry_max_delay_ms": (MIN_DELAY_MS, MAX_DELAY_MS),
     "backoff_cap_ms": (MIN_DELAY_MS, 366 * 24 * 3_600_000),
     "breaker_failed_slots": (1, 1_000),
-    "breaker_cooldown_ms": (MIN_DELAY_MS, BREAKER_HOLD_MS),
+    "breaker_cooldown_ms": (MIN_DELAY_MS, MAX_COOLDOWN_MS),
     "catchup_window_ms": (0, 366 * 24 * 3_600_000),
     "jitter_ms": (0, MAX_JITTER_MS),
 }
@@ -159,25 +143,6 @@ _NULLABLE = {
 }
 
 
-def breaker_pause(reason: str, cooldown_ms: int | None) -> tuple[int, str]:
-    """How long the breaker pauses (ms) and the pause's reason: why it opened, then how
-    it ends (a probe after the cool-down, or a person), within ``MAX_TEXT`` so the end
-    is never cut off."""
-    if cooldown_ms is None:
-        hold, ending = BREAKER_HOLD_MS, BREAKER_UNTIL_RESUMED
-    else:
-        hold, ending = cooldown_ms, f"; a probe run after {duration_words(cooldown_ms)}"
-    return hold, reason[: MAX_TEXT - len(ending)] + ending
-
-
-def lasts_until_resumed(pause_reason: str) -> bool:
-    """Whether a pause with this reason is the breaker's without a cool-down, which only
-    a person ends: said "until resumed" wherever a pause is shown, not as its stored end."""
-    return pause_reason.startswith(BREAKER_REASON_PREFIX) and pause_reason.endswith(
-        BREAKER_UNTIL_RESUMED
-    )
-
-
 class PolicyError(ValueError):
     """A policy that cannot be used; the message names the key and how to fix it."""
 
@@ -188,6 +153,12 @@ def policy_problems(value: Any) -> list[str]:
         return []
     if not isinstance(value, dict):
         return ["A run policy is a JSON object of keys such as retry_attempts; got " + _kind(value)]
+    if (size := json_size(value)) > MAX_POLICY_BYTES:
+        # First, so a huge object is refused before any key of it is looked at.
+        return [
+            f"The run policy is {size} bytes of JSON; at most {MAX_POLICY_BYTES} are allowed. "
+            "Every key within its own limits fits: remove unknown keys and repeated values."
+        ]
     problems = []
     for key, item in value.items():
         if key not in KEYS:
@@ -224,41 +195,14 @@ def _window_problems(value: dict[str, Any]) -> list[str]:
             "so the one-off would never run; move one of them."
         )
     if value.get("allowed") and not windows_leave_time(
-        [_window(raw) for raw in value["allowed"]],
-        [_window(raw) for raw in value.get("blackout") or []],
+        tuple(parse_window(raw) for raw in value["allowed"]),
+        tuple(parse_window(raw) for raw in value.get("blackout") or []),
     ):
         problems.append(
             "allowed: every allowed window lies inside a blackout window, so no time is left "
             "to run; widen an allowed window or shorten a blackout."
         )
     return problems
-
-
-WEEK_MINUTES = 7 * 24 * 60
-
-
-def _week(windows: list[Window]) -> bytearray:
-    """The minutes of a week (Monday 00:00 = 0) that ``windows`` cover, one byte each."""
-    covered = bytearray(WEEK_MINUTES)
-    for window in windows:
-        length = (window.end - window.start) % (24 * 60)
-        for day in window.days or range(7):
-            first = day * 24 * 60 + window.start
-            for begin, stop in (
-                (first, first + length),
-                (first - WEEK_MINUTES, first + length - WEEK_MINUTES),
-            ):
-                low, high = max(begin, 0), min(stop, WEEK_MINUTES)
-                if low < high:
-                    covered[low:high] = b"\x01" * (high - low)
-    return covered
-
-
-def windows_leave_time(allowed: list[Window], blackout: list[Window]) -> bool:
-    """Whether some minute of the week is inside an allowed window and outside every
-    blackout (wall-clock minutes; a DST change shifts no window by a whole week)."""
-    inside, dark = _week(allowed), _week(blackout)
-    return any(a and not b for a, b in zip(inside, dark, strict=True))
 
 
 def _key_problem(key: str, item: Any) -> str:
@@ -305,7 +249,7 @@ def _key_problem(key: str, item: Any) -> str:
     if key == "breaker_needs_person":
         return "" if isinstance(item, bool) else "true or false."
     if key in ("blackout", "allowed"):
-        return _windows_problem(item)
+        return windows_problem(item)
     if key in MOMENT_KEYS:
         return _moment_problem(item)
     return ""
@@ -356,125 +300,13 @@ def parse_moment(text: str) -> datetime:
     return datetime.fromisoformat(text).astimezone(UTC)
 
 
-def _windows_problem(item: Any) -> str:
-    example = '[{"start": "02:00", "end": "04:00", "days": ["sat", "sun"]}]'
-    if not isinstance(item, list) or len(item) > MAX_WINDOWS:
-        return f"a list of at most {MAX_WINDOWS} windows, e.g. {example}."
-    for number, window in enumerate(item, 1):
-        if not isinstance(window, dict) or not {"start", "end"} <= set(window) <= {
-            "start",
-            "end",
-            "days",
-        }:
-            return f"window {number}: give start and end (and optionally days), e.g. {example}."
-        for edge in ("start", "end"):
-            if not isinstance(window[edge], str) or not _CLOCK.match(window[edge]):
-                return f"window {number}: {edge} is a time of day as HH:MM (00:00-23:59)."
-        if window["start"] == window["end"]:
-            return f"window {number}: start and end are the same; give a window of some length."
-        days = window.get("days", [])
-        if not isinstance(days, list) or not all(day in DAYS for day in days):
-            return f"window {number}: days is a list of {', '.join(DAYS)}."
-    return ""
-
-
-def _window(raw: dict[str, Any]) -> Window:
-    def minutes(text: str) -> int:
-        hours, mins = text.split(":")
-        return int(hours) * 60 + int(mins)
-
-    days = frozenset(DAYS.index(day) for day in raw.get("days", []))
-    return Window(minutes(raw["start"]), minutes(raw["end"]), days)
-
-
-def blackout_end(
-    at: datetime, zone: ZoneInfo, windows: tuple[Window, ...]
-) -> tuple[datetime, Window] | None:
-    """If ``at`` falls inside one of ``windows`` (local time in ``zone``), that window's
-    end as an aware UTC time after ``at``, and the window; else None."""
-    local = at.astimezone(zone)
-    minute = local.hour * 60 + local.minute + (local.second + local.microsecond / 1e6) / 60
-    for window in windows:
-        # The window that started today, and one that started yesterday over midnight.
-        for back in (0, 1):
-            day = local.date() - timedelta(days=back)
-            if window.days and day.weekday() not in window.days:
-                continue
-            length = (window.end - window.start) % (24 * 60)
-            since = minute + back * 24 * 60 - window.start
-            if 0 <= since < length:
-                start_local = datetime.combine(day, time(), tzinfo=zone) + timedelta(
-                    minutes=window.start
-                )
-                naive_end = start_local.replace(tzinfo=None) + timedelta(minutes=length)
-                end = first_instant_at(naive_end, zone)
-                if end <= at:  # cannot happen with whole-minute zones; never move back
-                    end = at + timedelta(minutes=1)
-                return end, window
-    return None
-
-
-def first_instant_at(wall: datetime, zone: ZoneInfo) -> datetime:
-    """The first instant (UTC) at which the wall clock of ``zone`` reads ``wall`` or later:
-    the first of two in a fall-back fold, the gap's end for a time a spring-forward gap
-    skips (as cron runs such a time)."""
-    instant = wall.replace(tzinfo=zone).astimezone(UTC)
-    if instant.astimezone(zone).replace(tzinfo=None) == wall:
-        return instant
-    # In a gap: fold=1 reads the wall with the offset after the change, an instant before
-    # the gap; the change itself lies between, on a whole minute. Bisect for it.
-    before = wall.replace(tzinfo=zone, fold=1).astimezone(UTC)
-    low, high = 0, int((instant - before).total_seconds() // 60)
-    while high - low > 1:
-        middle = (low + high) // 2
-        if (before + timedelta(minutes=middle)).astimezone(zone).replace(tzinfo=None) >= wall:
-            high = middle
-        else:
-            low = middle
-    return before + timedelta(minutes=high)
-
-
-# How far ahead an opening of the allowed windows is looked for: each recurs weekly, so a
-# week and a day (a window whose one day falls in a DST gap) always holds one if any.
-OPENING_DAYS = 8
-
-
-def allowed_opening(
-    at: datetime, zone: ZoneInfo, windows: tuple[Window, ...]
-) -> tuple[datetime, Window | None] | None:
-    """``(at, None)`` when ``at`` is inside one of ``windows``; else the first instant after
-    it inside one, and that window; None when none opens within ``OPENING_DAYS``."""
-    if blackout_end(at, zone, windows) is not None:
-        return at, None
-    today = at.astimezone(zone).date()
-    best: tuple[datetime, Window] | None = None
-    for ahead in range(OPENING_DAYS + 1):
-        day = today + timedelta(days=ahead)
-        if best is not None and datetime.combine(day, time(), tzinfo=zone) > best[0]:
-            break
-        for window in windows:
-            if window.days and day.weekday() not in window.days:
-                continue
-            wall = datetime.combine(day, time()) + timedelta(minutes=window.start)
-            opening = first_instant_at(wall, zone)
-            # A start the gap swallows whole (02:00-02:30 on the spring-forward night)
-            # opens nothing that day.
-            if opening <= at or blackout_end(opening, zone, (window,)) is None:
-                continue
-            if best is None or opening < best[0]:
-                best = (opening, window)
-    return best
-
-
-def parse_policy(value: Any) -> RunPolicy:
-    """The policy of one object (job or endpoint) over the defaults; PolicyError if bad."""
-    return resolve_policy(None, value)
-
-
 def resolve_policy(job_policy: Any, endpoint_policy: Any) -> RunPolicy:
     """The defaults, overridden by the job's keys, overridden by the endpoint's."""
     if not job_policy and not endpoint_policy:
         return DEFAULT
+    for value in (job_policy, endpoint_policy):
+        if value and not isinstance(value, dict):
+            raise PolicyError(" ".join(policy_problems(value)))
     merged: dict[str, Any] = {**(job_policy or {}), **(endpoint_policy or {})}
     if problems := policy_problems(merged):
         raise PolicyError(" ".join(problems))
@@ -482,11 +314,44 @@ def resolve_policy(job_policy: Any, endpoint_policy: Any) -> RunPolicy:
         merged["expected_status"] = tuple(merged["expected_status"])
     for key in ("blackout", "allowed"):
         if key in merged:
-            merged[key] = tuple(_window(window) for window in merged[key] or [])
+            merged[key] = tuple(parse_window(window) for window in merged[key] or [])
     for key in MOMENT_KEYS:
         if merged.get(key) is not None:
             merged[key] = parse_moment(merged[key])
     return replace(DEFAULT, **merged)
+
+
+def json_size(value: Any) -> int:
+    """Bytes of ``value`` as compact UTF-8 JSON (a lone surrogate counted, not refused)."""
+    text = json.dumps(value, ensure_ascii=False, separators=(",", ":"), default=str)
+    return len(text.encode(errors="surrogatepass"))
+
+
+def stored_policy(job_policy: Any, endpoint_policy: Any) -> RunPolicy:
+    """The run policy an endpoint runs by, from its job's and its own stored objects: the
+    one way every reader (engine, governor, preview, alerts) gets it. Resolved once per
+    content in a process, so a batch of runs, a preview of a hundred plans or a job's
+    endpoints sharing its policy pay one parse. Stored data that does not validate
+    (edited in the database, or saved before a limit existed) runs by the defaults,
+    with ``problem`` saying why, which ``explain`` shows: one rule everywhere, and the
+    endpoint keeps running rather than stopping on it."""
+    if not job_policy and not endpoint_policy:
+        return DEFAULT
+    both = [{} if policy is None else policy for policy in (job_policy, endpoint_policy)]
+    content = json.dumps(both, sort_keys=True, default=str)
+    if len(content) > 2 * MAX_POLICY_BYTES:  # never parsed, nor kept in the cache
+        return replace(DEFAULT, problem=f"it is over {MAX_POLICY_BYTES} bytes of JSON")
+    return _resolved(content)
+
+
+@lru_cache(maxsize=4096)
+def _resolved(content: str) -> RunPolicy:
+    job_policy, endpoint_policy = json.loads(content)
+    try:
+        return resolve_policy(job_policy, endpoint_policy)
+    except PolicyError as error:
+        logger.warning("stored run policy cannot be used, the defaults apply: %s", error)
+        return replace(DEFAULT, problem=str(error))
 
 
 @dataclass(frozen=True)

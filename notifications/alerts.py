@@ -35,9 +35,9 @@ from django.conf import settings
 from django.db import transaction
 from django.db.models import Exists, OuterRef, Q
 
+from endpoints.choices import BREAKER_SOURCES
 from endpoints.governor import ENDED, MAX_PLANNABLE_MS, ONCE, PAUSED, WINDOW
 from endpoints.models import Endpoint, Flip, Heartbeat, JobStatus, Run, RunStatus
-from endpoints.policies import BREAKER_REASON_PREFIX
 from endpoints.wording import count_words, duration_words
 from notifications.delivery import Clock, deliver_due
 from notifications.models import (
@@ -308,7 +308,7 @@ def _pause_changed(
     episode: a failed probe re-opens it (a new pause) without a new alert, and its
     opening starts an episode if none is open, so the probe that closes it is told as a
     recovery even below the rule's failure count (``_streak_ended``)."""
-    breaker = paused is not None and endpoint.pause_reason.startswith(BREAKER_REASON_PREFIX)
+    breaker = paused is not None and endpoint.pause_source in BREAKER_SOURCES
     if not (paused and rule.on_pause) or (breaker and state.breaker_told_at is not None):
         _flip(state, now, paused_until_seen=paused)
         return []

@@ -56,9 +56,9 @@ from console.charts import (
     duration_chart,
 )
 from endpoints import operations
+from endpoints.choices import PauseSource
 from endpoints.governor import explain_plan
 from endpoints.models import Endpoint, HintHistory, HintKind, Job, Run, RunStatus, Tenant
-from endpoints.policies import lasts_until_resumed
 from endpoints.schedules import describe_schedule, format_interval
 from endpoints.secrets import USERINFO_REGEX
 from endpoints.wording import count_words
@@ -726,7 +726,7 @@ class HintHistoryAdmin(RecordAdmin):
             return f"every {format_interval(obj.interval_ms)}"
         if obj.next_run_at is not None:
             return f"once at {when(obj.next_run_at)}"
-        if obj.paused_until is not None and lasts_until_resumed(obj.reason):
+        if obj.paused_until is not None and obj.pause_source == PauseSource.HELD:
             return "paused until resumed"
         if obj.paused_until is not None:
             return f"paused until {when(obj.paused_until)}"

@@ -25,7 +25,6 @@ from endpoints import operations
 from endpoints.forms import EndpointForm
 from endpoints.governor import SOURCE_WORDS, preview_runs
 from endpoints.models import Endpoint, JobStatus
-from endpoints.policies import resolve_policy
 from endpoints.schedules import describe_schedule
 from endpoints.wording import count_words
 
@@ -129,7 +128,7 @@ def _notes(endpoint: Endpoint, *, shown: int) -> list[str]:
         )
     elif endpoint.job.status != JobStatus.ACTIVE:
         notes.append(f"The job {endpoint.job.name!r} is {endpoint.job.status}: nothing runs now.")
-    jitter = resolve_policy(endpoint.job_run_policy, endpoint.run_policy).jitter_ms
+    jitter = endpoint.policy.jitter_ms
     if jitter and endpoint.baseline_cron and endpoint.pk is None:
         notes.append(
             f"Jitter: each cron slot moves by a fixed offset of up to {jitter / 1000:g} s, "

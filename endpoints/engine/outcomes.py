@@ -14,9 +14,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any
 
-from django.db import transaction
-from django.db.models import Q
-
+from endpoints import breaker
 from endpoints.engine import sql
 from endpoints.engine.claiming import Claim
 from endpoints.engine.executor import HttpResult
@@ -24,32 +22,18 @@ from endpoints.engine.logs import log_event, logger
 from endpoints.engine.sql import ClaimedEndpoint
 from endpoints.governor import (
     HINT_FIELDS,
-    PAUSED,
     RETRY,
     EndpointSchedule,
     plan_next_run,
 )
 from endpoints.models import (
     Endpoint,
-    HintHistory,
-    HintKind,
     Run,
     RunStatus,
     RunTrigger,
-    Slot,
 )
-from endpoints.policies import (
-    BREAKER_REASON_PREFIX,
-    NEEDS_PERSON,
-    RETRYABLE,
-    PolicyError,
-    RunPolicy,
-    breaker_pause,
-    resolve_policy,
-    retry_after_ms,
-)
-from endpoints.policies import DEFAULT as DEFAULT_POLICY
-from endpoints.wording import count_words, duration_words
+from endpoints.policies import RETRYABLE, retry_after_ms
+from endpoints.wording import duration_words
 
 RESULT_STATUS = {
     "success": RunStatus.SUCCESS,
@@ -72,18 +56,6 @@ class Outcome:
     result: HttpResult
     # For a failure: policies.RETRYABLE, NEEDS_PERSON or OTHER (decides retry and breaker).
     failure_kind: str = ""
-
-
-def run_policy_of(endpoint: ClaimedEndpoint | Endpoint) -> RunPolicy:
-    """The endpoint's run policy; the default without parsing when neither it nor its job
-    has one. A stored policy that no longer parses (edited by hand in the database)
-    falls back to the default rather than stopping the endpoint."""
-    if not (endpoint.run_policy or endpoint.job_run_policy):
-        return DEFAULT_POLICY
-    try:
-        return resolve_policy(endpoint.job_run_policy, endpoint.run_policy)
-    except PolicyError:
-        return DEFAULT_POLICY
 
 
 def reschedule(outcome: Outcome, endpoint: ClaimedEndpoint) -> bool:
@@ -208,7 +180,7 @@ def next_state(outcome: Outcome, endpoint: ClaimedEndpoint) -> dict[str, Any]:
         failure_count=failure_count,
         **{k: v for k, v in hints.items() if k != "ai_hint_reason"},
     )
-    policy = run_policy_of(endpoint)
+    policy = endpoint.policy
     if (
         failure_count > endpoint.failure_count
         and outcome.failure_kind == RETRYABLE
@@ -266,64 +238,24 @@ def on_phase(schedule: EndpointSchedule, claim: Claim) -> EndpointSchedule:
 
 
 def breaker_reason(outcome: Outcome, values: Mapping[str, Any]) -> str:
-    """Why the breaker opens after this outcome, in words; "" when it stays closed (the
-    default policy has no breaker). Only a slot's last attempt counts."""
+    """Why the breaker opens after this outcome, in words (``endpoints.breaker``); "" when
+    it stays closed. Only a slot's last attempt counts."""
     if values.get("retry_attempt") or outcome.result.status in ("success", "skipped"):
         return ""
-    policy = run_policy_of(outcome.endpoint)
-    failures = values["failure_count"]
-    last = outcome.result.error or outcome.result.status
-    if policy.breaker_needs_person and outcome.failure_kind == NEEDS_PERSON:
-        return f"{BREAKER_REASON_PREFIX}a failure a person must fix ({last})"
-    return failed_slots_reason(policy, failures, last)
-
-
-def failed_slots_reason(policy: RunPolicy, failures: int, last: str) -> str:
-    """Why the breaker opens once ``failures`` slots failed in a row (the last one's
-    error, ``last``), in words; "" below the policy's threshold or without one. At a run's
-    end, and where a plan outside a run ends a slot's retries (``operations``)."""
-    limit = policy.breaker_failed_slots
-    if limit is not None and failures >= limit:
-        return (
-            f"{BREAKER_REASON_PREFIX}{count_words(failures, 'failed slot')} in a row (last: {last})"
-        )
-    return ""
+    return breaker.reason_after_slot(
+        outcome.endpoint.policy,
+        failures=values["failure_count"],
+        failure_kind=outcome.failure_kind,
+        last=outcome.result.error or outcome.result.status,
+    )
 
 
 def open_breaker(outcome: Outcome, reason: str) -> None:
-    """Open the breaker after a run's outcome (``pause_by_breaker``) and log it."""
-    policy = run_policy_of(outcome.endpoint)
-    if text := pause_by_breaker(
-        outcome.claim.endpoint_id, policy, now=outcome.finished, reason=reason
+    """Open the breaker after a run's outcome and log it."""
+    if text := breaker.open_breaker(
+        outcome.claim.endpoint_id, outcome.endpoint.policy, now=outcome.finished, reason=reason
     ):
         log_event(logging.WARNING, text, claim=outcome.claim, run_id=outcome.run.pk)
-
-
-def pause_by_breaker(pk: int, policy: RunPolicy, *, now: datetime, reason: str) -> str:
-    """Pause the endpoint (the breaker is open), with the reason in its pause and its
-    hint history, so the pause alert says why. With a cool-down the pause ends by itself
-    and its first run is the probe: a success closes the breaker (the count resets), a
-    failure opens it again. A pause a person set meanwhile is kept: "" then, else the
-    pause's words."""
-    hold, text = breaker_pause(reason, policy.breaker_cooldown_ms)
-    until = now + timedelta(milliseconds=hold)
-    with transaction.atomic():
-        # The endpoint's row first, as every writer of both rows locks them.
-        if not Endpoint.objects.filter(
-            Q(paused_until__isnull=True) | Q(paused_until__lte=now), pk=pk
-        ).update(paused_until=until, pause_reason=text):
-            return ""
-        Slot.objects.filter(pk=pk, claim_token__isnull=True).update(
-            next_run_at=until, next_run_source=PAUSED
-        )
-        HintHistory.objects.create(
-            endpoint_id=pk,
-            kind=HintKind.PAUSE,
-            paused_until=until,
-            reason=text,
-            created_at=now,
-        )
-    return text
 
 
 def after_reschedule(outcome: Outcome, values: Mapping[str, Any]) -> None:

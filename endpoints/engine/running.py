@@ -51,7 +51,6 @@ from endpoints.engine.outcomes import (
     next_state,
     reschedule,
     reschedule_after_conflict,
-    run_policy_of,
 )
 from endpoints.engine.sql import ClaimedEndpoint
 from endpoints.governor import EndpointSchedule, plan_next_run
@@ -131,7 +130,7 @@ class Started:
 
     def outcome(self, result: HttpResult) -> Outcome:
         """The outcome, judged by the run policy's success criteria (``judged``)."""
-        result, kind = judged(result, run_policy_of(self.endpoint))
+        result, kind = judged(result, self.endpoint.policy)
         # When the request really started: the loop sends it at ``started`` or a little
         # later, and the run's record and its next slot count from that.
         started = self.started
@@ -157,9 +156,7 @@ class Started:
         """A scheduled slot found later than the catch-up window (and than a tick) is not
         called (the default policy has no window: always run once, however late)."""
         endpoint = self.endpoint
-        if not (endpoint.run_policy or endpoint.job_run_policy):
-            return None
-        window = run_policy_of(endpoint).catchup_window_ms
+        window = endpoint.policy.catchup_window_ms
         if window is None or self.claim.trigger != RunTrigger.SCHEDULED:
             return None
         if self.claim.source in (Source.MANUAL, Source.RETRY) or endpoint.retry_attempt:

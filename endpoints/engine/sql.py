@@ -14,7 +14,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from datetime import UTC, datetime
 from functools import cache
 from typing import Any, NamedTuple
@@ -26,6 +26,7 @@ from django.utils.dateparse import parse_datetime
 
 from endpoints.governor import HINT_FIELDS, REPLAN_FIELDS
 from endpoints.models import SLOT_FIELDS, Endpoint, Flip, Run, RunStatus, Slot
+from endpoints.policies import RunPolicy, stored_policy
 
 # Fields a person may change while a run is in flight; the reschedule only wins if they
 # are still as read (see ``endpoints.engine.outcomes.reschedule``). The run policy among
@@ -75,6 +76,11 @@ class ClaimedEndpoint:
     job_run_policy: dict[str, Any]
     retry_attempt: int
     retry_of_run: int | None
+    # The two above as one typed value, resolved where the endpoint is read.
+    policy: RunPolicy = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.policy = stored_policy(self.job_run_policy, self.run_policy)
 
     def is_paused(self, now: datetime) -> bool:
         return self.paused_until is not None and self.paused_until > now
@@ -92,7 +98,7 @@ _JOINED = {
     "tenant_min_interval_ms": "t.min_interval_ms",
     "job_run_policy": "j.run_policy",
 }
-_COLUMNS = [f.name for f in fields(ClaimedEndpoint)]
+_COLUMNS = [f.name for f in fields(ClaimedEndpoint) if f.init]
 # Built from our own column names; values are always parameters.
 _SELECT = (
     "SELECT "  # noqa: S608

@@ -7,13 +7,14 @@ from __future__ import annotations
 
 import dataclasses
 from datetime import UTC, datetime, timedelta
+from zoneinfo import ZoneInfo
 
 from hypothesis import strategies as st
 
 from endpoints.governor import (
     EndpointSchedule,
 )
-from endpoints.policies import Window
+from endpoints.windows import Window
 
 DAY_MS = 86_400_000
 
@@ -24,6 +25,23 @@ WINDOW_SETS = [
     (Window(22 * 60, 6 * 60, frozenset({5, 6})),),  # over midnight, weekends
     (Window(0, 12 * 60), Window(12 * 60, 23 * 60 + 59)),  # windows that touch
 ]
+
+
+def inside(at: datetime, zone: ZoneInfo, windows: tuple[Window, ...]) -> bool:
+    """Whether ``at`` is inside one of ``windows``, read off the wall clock the plain way
+    (the window that started today, or yesterday over midnight): the oracle the
+    bisection of ``endpoints.windows`` is checked against."""
+    local = at.astimezone(zone)
+    minute = local.hour * 60 + local.minute + (local.second + local.microsecond / 1e6) / 60
+    for window in windows:
+        length = (window.end - window.start) % (24 * 60)
+        for back in (0, 1):
+            weekday = (local.weekday() - back) % 7
+            if window.days and weekday not in window.days:
+                continue
+            if 0 <= minute + back * 24 * 60 - window.start < length:
+                return True
+    return False
 
 
 moments = st.datetimes(

@@ -12,13 +12,13 @@ from hypothesis import strategies as st
 
 from endpoints.governor import EndpointSchedule, decide, explain_plan, preview_runs
 from endpoints.policies import (
-    DAYS,
     MAX_JITTER_MS,
     jitter_offset_ms,
     policy_problems,
     resolve_policy,
 )
 from endpoints.schedules import MAX_PLANNABLE_MS
+from endpoints.windows import DAYS
 
 DAY_MS = 86_400_000
 NOW = st.datetimes(min_value=datetime(2000, 1, 1), max_value=datetime(2100, 1, 1)).map(

@@ -7,7 +7,8 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from endpoints.policies import BREAKER_HOLD_MS, breaker_pause, lasts_until_resumed
+from endpoints import breaker
+from endpoints.choices import PauseSource
 from endpoints.wording import count_words, delta_words, duration_words, pause_words
 
 NOW = datetime(2026, 11, 22, 12, 0, tzinfo=UTC)
@@ -79,17 +80,18 @@ def test_a_pause_says_its_end_and_how_long_it_lasts() -> None:
 
 
 def test_the_breakers_pause_without_a_cool_down_lasts_until_resumed() -> None:
-    hold, text = breaker_pause("Breaker: 3 failed slots in a row (last: HTTP 503)", None)
-    assert hold == BREAKER_HOLD_MS
-    assert lasts_until_resumed(text)
+    hold, text, source = breaker.pause_of("Breaker: 3 failed slots in a row (last: 503)", None)
+    assert (hold, source) == (breaker.HOLD_MS, PauseSource.HELD)
+    assert text.endswith("; resume it once the cause is fixed")
 
-    hold, text = breaker_pause("Breaker: 3 failed slots in a row (last: HTTP 503)", 300_000)
-    assert (hold, text.endswith("; a probe run after 5 minutes")) == (300_000, True)
-    assert not lasts_until_resumed(text)
-    assert not lasts_until_resumed("maintenance; resume it once the cause is fixed")
+    hold, text, source = breaker.pause_of("Breaker: 3 failed slots in a row (last: 503)", 300_000)
+    assert (hold, source) == (300_000, PauseSource.BREAKER)
+    assert text.endswith("; a probe run after 5 minutes")
 
 
 def test_a_long_error_never_cuts_off_how_the_breakers_pause_ends() -> None:
-    _, text = breaker_pause("Breaker: a failure a person must fix (" + "x" * 5_000 + ")", None)
+    _, text, _ = breaker.pause_of(
+        "Breaker: a failure a person must fix (" + "x" * 5_000 + ")", None
+    )
     assert len(text) <= 1_000
-    assert lasts_until_resumed(text)
+    assert text.endswith("; resume it once the cause is fixed")

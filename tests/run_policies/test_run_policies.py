@@ -9,6 +9,8 @@ import pytest
 from django.core.exceptions import ValidationError
 from django.utils import timezone
 
+from endpoints import operations, policies
+from endpoints.governor import explain_plan
 from endpoints.models import (
     Endpoint,
     HintHistory,
@@ -221,3 +223,36 @@ def test_policies_are_validated_with_the_key_and_the_fix(job, make_endpoint):
     assert "run_policy" in caught.value.message_dict
     with pytest.raises(ValidationError):
         make_endpoint(run_policy=["retry_attempts"])
+
+
+def test_a_policy_is_resolved_once_for_a_batch_of_runs_not_once_per_use(
+    scheduler, job, make_endpoint, target, monkeypatch
+):
+    """The engine reads each endpoint's policy where it loads it (``stored_policy``):
+    five endpoints sharing their job's policy, run and rescheduled, and explained after,
+    parse it once; an edit (new content) once more (issue 32: 3-4 times per run)."""
+    calls = []
+    resolve = policies.resolve_policy
+    monkeypatch.setattr(
+        policies, "resolve_policy", lambda *both: calls.append(both) or resolve(*both)
+    )
+    policies._resolved.cache_clear()
+    policy_job(job, retry_attempts=2, blackout=[{"start": "00:00", "end": "00:01"}])
+    endpoints = [
+        make_endpoint(
+            url=target.url("/ok"), baseline_interval_ms=DAY_MS, next_run_at=timezone.now()
+        )
+        for _ in range(5)
+    ]
+    calls.clear()  # the validation of the job's and endpoints' saves
+
+    assert tick_until(scheduler, lambda: all(finished(e, 1)() for e in endpoints), timeout=20)
+    for endpoint in endpoints:
+        endpoint.refresh_from_db()
+        assert explain_plan(timezone.now(), operations.held_schedule(endpoint))
+    assert len(calls) == 1
+
+    policy_job(job, retry_attempts=3)
+    calls.clear()
+    assert [Endpoint.objects.get(pk=e.pk).policy.retry_attempts for e in endpoints] == [3] * 5
+    assert len(calls) == 1

@@ -236,3 +236,30 @@ def test_the_admin_endpoint_page_previews_the_next_runs(client: Any, make_endpoi
     assert "next runs" in text.lower()
     assert text.count(" UTC &nbsp;(baseline-cron)") == 5
     assert "EST" in text or "EDT" in text
+
+
+def test_an_oversized_policy_is_refused_in_words_by_the_api_and_the_admin_form(
+    http: httpx.Client, job: Job, tmp_path: Path
+) -> None:
+    """The 2.2 MB policy the API took (issue 32): one window's days repeated. The one
+    validation refuses it, through the API (and so MCP), the admin and an import."""
+    huge = {"blackout": [{"start": "02:00", "end": "04:00", "days": ["mon"] * 300_000}]}
+    refused = http.patch(f"/jobs/{job.pk}", json={"run_policy": huge})
+    assert refused.status_code == 422, refused.text[:300]
+    assert "bytes of JSON; at most 16384 are allowed" in refused.text
+    job.refresh_from_db()
+    assert job.run_policy == {}
+
+    form = EndpointAdminForm(data=endpoint_form(job, run_policy=json.dumps(huge)))
+    assert not form.is_valid()
+    assert "at most 16384 are allowed" in str(form.errors["run_policy"])
+
+    # A file has its own bound (2 MB): a policy just over its own.
+    over = {"blackout": [{"start": "02:00", "end": "04:00", "days": ["mon"] * 3_000}]}
+    path = tmp_path / "big.yaml"
+    path.write_text(
+        "version: 1\ntenants:\n- name: Acme\n  jobs:\n  - name: ops\n"
+        f"    run_policy: {json.dumps(over)}\n"
+    )
+    with pytest.raises(CommandError, match="at most 16384 are allowed"):
+        call_command("import_endpoints", str(path), stdout=io.StringIO(), stderr=io.StringIO())
