@@ -16,9 +16,16 @@ import pytest
 from django.core.management import call_command
 from django.utils import timezone
 
+from endpoints.choices import PauseSource
 from endpoints.embedded import EmbeddedScheduler
 from endpoints.models import Endpoint, HintHistory, HintKind, Job, Run, RunStatus, Slot
-from endpoints.operations import OperationRefused, reset_failures, run_now, test_endpoint
+from endpoints.operations import (
+    OperationRefused,
+    pause_endpoint,
+    reset_failures,
+    run_now,
+    test_endpoint,
+)
 from notifications.alerts import detect_changes
 from notifications.models import Alert, AlertKind, AlertRule
 from tests.planning import finished, tick_until
@@ -97,6 +104,29 @@ def test_a_breaker_without_a_cool_down_is_said_to_be_paused_until_resumed(
     assert line.endswith("until resumed")
     with pytest.raises(OperationRefused, match="is paused until resumed; resume it first"):
         run_now(Endpoint.objects.get(pk=endpoint.pk), now=timezone.now())
+
+
+def test_a_person_whose_pause_reason_reads_like_the_breakers_is_a_persons_pause(
+    job, make_endpoint
+):
+    """Who paused is stored (``pause_source``), not read from the words: a person may
+    write anything as the reason (issue 32: alerts told the breaker by a text prefix)."""
+    endpoint = make_endpoint()
+    now = timezone.now()
+    words = "Breaker: 2 failed slots in a row (last: HTTP 503); resume it once the cause is fixed"
+    pause_endpoint(endpoint, now=now, until=now + timedelta(hours=2), reason=words)
+    endpoint.refresh_from_db()
+    assert endpoint.pause_source == PauseSource.PERSON
+    assert endpoint.pause_words(now).startswith("until ")
+    assert "resumed" not in endpoint.pause_words(now)
+
+    detect_changes(now=now)
+    [paused] = alerts(endpoint, AlertKind.PAUSED)
+    assert not paused.detail.startswith("paused until resumed")
+    # A person's pause is no breaker episode: moving it is told again.
+    pause_endpoint(endpoint, now=now, until=now + timedelta(hours=3), reason=words)
+    detect_changes(now=now)
+    assert len(alerts(endpoint, AlertKind.PAUSED)) == 2
 
 
 def test_a_probe_that_closes_the_breaker_is_told_as_a_recovery(
