@@ -266,7 +266,9 @@ class Endpoint(models.Model):
     # State.
     paused_until = models.DateTimeField(null=True, blank=True)
     pause_reason = models.TextField(blank=True)
-    pause_source = models.CharField(max_length=16, choices=PauseSource.choices, blank=True)
+    pause_source = models.CharField(
+        max_length=16, choices=PauseSource.choices, blank=True, db_default=""
+    )
     failure_count = models.PositiveIntegerField(default=0)
     # Overrides of the job's run policy, key by key (endpoints.policies).
     run_policy = models.JSONField(
@@ -710,7 +712,9 @@ class HintHistory(models.Model):
     interval_ms = models.BigIntegerField(null=True, blank=True)
     next_run_at = models.DateTimeField(null=True, blank=True)
     paused_until = models.DateTimeField(null=True, blank=True)
-    pause_source = models.CharField(max_length=16, choices=PauseSource.choices, blank=True)
+    pause_source = models.CharField(
+        max_length=16, choices=PauseSource.choices, blank=True, db_default=""
+    )
     expires_at = models.DateTimeField(null=True, blank=True)
     reason = models.TextField(blank=True)
     created_at = models.DateTimeField()

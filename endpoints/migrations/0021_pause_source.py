@@ -32,12 +32,12 @@ class Migration(migrations.Migration):
         migrations.AddField(
             model_name="endpoint",
             name="pause_source",
-            field=models.CharField(blank=True, choices=CHOICES, max_length=16),
+            field=models.CharField(blank=True, choices=CHOICES, db_default="", max_length=16),
         ),
         migrations.AddField(
             model_name="hinthistory",
             name="pause_source",
-            field=models.CharField(blank=True, choices=CHOICES, max_length=16),
+            field=models.CharField(blank=True, choices=CHOICES, db_default="", max_length=16),
         ),
         migrations.RunPython(breaker_sources, migrations.RunPython.noop),
     ]
