@@ -128,3 +128,36 @@ def test_0009_strips_the_password_from_urls_that_runs_recorded_before() -> None:
         call_command("migrate", verbosity=0)
 
     assert urls == ["https://example.com/h", "https://example.com/a@b"]
+
+
+def test_0021_tells_the_breakers_pauses_from_their_text_once() -> None:
+    """Who paused is a field from 0021 on; the breaker's pauses before it are found by the
+    words it wrote (the last time those words are read), any other pause left blank."""
+    before = ("endpoints", "0020_forget_celery_results")
+    executor = MigrationExecutor(connection)
+    executor.migrate([before])
+    try:
+        old = executor.loader.project_state(before).apps
+        tenant = old.get_model("endpoints", "Tenant").objects.create(name="t")
+        job = old.get_model("endpoints", "Job").objects.create(tenant=tenant, name="j")
+        endpoints = old.get_model("endpoints", "Endpoint").objects
+        reasons = {
+            "probe": "Breaker: 2 failed slots in a row (last: 503); a probe run after 1 minute",
+            "held": "Breaker: a failure a person must fix (401); resume it once the cause is fixed",
+            "person": "maintenance",
+        }
+        for name, reason in reasons.items():
+            endpoints.create(
+                job=job, name=name, url="http://x/", baseline_interval_ms=60_000,
+                paused_until=AT, pause_reason=reason,
+            )  # fmt: skip
+        MigrationExecutor(connection).migrate([("endpoints", "0021_pause_source")])
+        after = MigrationExecutor(connection).loader.project_state(
+            ("endpoints", "0021_pause_source")
+        )
+        endpoint = after.apps.get_model("endpoints", "Endpoint")
+        sources = dict(endpoint.objects.values_list("name", "pause_source"))
+    finally:
+        call_command("migrate", verbosity=0)
+
+    assert sources == {"probe": "breaker", "held": "breaker-held", "person": ""}
