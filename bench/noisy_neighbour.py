@@ -684,7 +684,8 @@ def report(result: dict[str, Any]) -> None:
     label, windows, rows = f"{result['engine']}-pg", result["windows"], []
     for name in ("idle", "hostile"):
         w = windows[name]
-        late, rest, mcp = (w["b_lateness"], *w["b_requests"].values())
+        late = w["b_lateness"]
+        rest, mcp = w["b_requests"]["REST GET /jobs"], w["b_requests"]["MCP list_jobs"]
         rows.append([
             f"{label} A {name}", f"{late['slots']}/{round(result['b_endpoints'] * w['seconds'])}",
             late["p50_ms"], late["p99_ms"], late["max_ms"], rest["p50_ms"], rest["p99_ms"],
