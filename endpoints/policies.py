@@ -49,7 +49,6 @@ import logging
 import re
 from dataclasses import dataclass, fields, replace
 from datetime import UTC, datetime
-from functools import lru_cache
 from typing import Any
 
 from endpoints.jsonb import json_scalar_problem, unencodable_problem
@@ -327,26 +326,41 @@ def json_size(value: Any) -> int:
     return len(text.encode(errors="surrogatepass"))
 
 
-def stored_policy(job_policy: Any, endpoint_policy: Any) -> RunPolicy:
+def stored_policy(
+    job_policy: Any, endpoint_policy: Any, *, version: str | None = None
+) -> RunPolicy:
     """The run policy an endpoint runs by, from its job's and its own stored objects: the
     one way every reader (engine, governor, preview, alerts) gets it. Resolved once per
-    content in a process, so a batch of runs, a preview of a hundred plans or a job's
-    endpoints sharing its policy pay one parse. Stored data that does not validate
-    (edited in the database, or saved before a limit existed) runs by the defaults,
-    with ``problem`` saying why, which ``explain`` shows: one rule everywhere, and the
-    endpoint keeps running rather than stopping on it."""
+    version in a process — ``version`` where the reader has one (the engine reads a
+    digest from the database with the endpoint), else the content itself — so a batch of
+    runs, a preview of a hundred plans or a job's endpoints pay one parse. Stored data
+    that does not validate (edited in the database, or saved before a limit existed)
+    runs by the defaults, with ``problem`` saying why, which ``explain`` shows: one rule
+    everywhere, and the endpoint keeps running rather than stopping on it."""
     if not job_policy and not endpoint_policy:
         return DEFAULT
-    both = [{} if policy is None else policy for policy in (job_policy, endpoint_policy)]
-    content = json.dumps(both, sort_keys=True, default=str)
-    if len(content) > 2 * MAX_POLICY_BYTES:  # never parsed, nor kept in the cache
-        return replace(DEFAULT, problem=f"it is over {MAX_POLICY_BYTES} bytes of JSON")
-    return _resolved(content)
+    if version is None:
+        both = [{} if policy is None else policy for policy in (job_policy, endpoint_policy)]
+        version = json.dumps(both, sort_keys=True, default=str)
+        if len(version) > 2 * MAX_POLICY_BYTES:  # never parsed, nor kept as a key
+            return replace(DEFAULT, problem=f"it is over {MAX_POLICY_BYTES} bytes of JSON")
+    policy = _RESOLVED.get(version)
+    if policy is None:
+        policy = _resolve_stored(job_policy, endpoint_policy)
+        if len(_RESOLVED) >= MAX_RESOLVED:
+            _RESOLVED.clear()
+        _RESOLVED[version] = policy
+    return policy
 
 
-@lru_cache(maxsize=4096)
-def _resolved(content: str) -> RunPolicy:
-    job_policy, endpoint_policy = json.loads(content)
+# Resolved policies by version. A dict, not functools.lru_cache: the key (a version) is
+# not the arguments (two dicts, which cannot be hashed). Emptied when full: a process
+# meets far fewer distinct policies than this between two edits.
+_RESOLVED: dict[str, RunPolicy] = {}
+MAX_RESOLVED = 4096
+
+
+def _resolve_stored(job_policy: Any, endpoint_policy: Any) -> RunPolicy:
     try:
         return resolve_policy(job_policy, endpoint_policy)
     except PolicyError as error:

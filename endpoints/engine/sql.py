@@ -29,10 +29,11 @@ from endpoints.models import SLOT_FIELDS, Endpoint, Flip, Run, RunStatus, Slot
 from endpoints.policies import RunPolicy, stored_policy
 
 # Fields a person may change while a run is in flight; the reschedule only wins if they
-# are still as read (see ``endpoints.engine.outcomes.reschedule``). The run policy among
-# them: its windows, active period and one-off plan the next run as the schedule does.
+# are still as read (see ``endpoints.engine.outcomes.reschedule``), and so must the run
+# policy (its windows, active period and one-off plan the next run as the schedule
+# does), compared by its version (``POLICY_VERSION``), not its content.
 PLANNING_FIELDS = (
-    *REPLAN_FIELDS,
+    *(name for name in REPLAN_FIELDS if name != "run_policy"),
     *HINT_FIELDS,
     "paused_until",
     "failure_count",
@@ -76,11 +77,14 @@ class ClaimedEndpoint:
     job_run_policy: dict[str, Any]
     retry_attempt: int
     retry_of_run: int | None
-    # The two above as one typed value, resolved where the endpoint is read.
+    policy_version: str  # of the two policies together, as the database has them
+    # The two policies as one typed value, resolved once per version.
     policy: RunPolicy = field(init=False)
 
     def __post_init__(self) -> None:
-        self.policy = stored_policy(self.job_run_policy, self.run_policy)
+        self.policy = stored_policy(
+            self.job_run_policy, self.run_policy, version=self.policy_version
+        )
 
     def is_paused(self, now: datetime) -> bool:
         return self.paused_until is not None and self.paused_until > now
@@ -98,6 +102,16 @@ _JOINED = {
     "tenant_min_interval_ms": "t.min_interval_ms",
     "job_run_policy": "j.run_policy",
 }
+# The version of an endpoint's run policy and its job's, computed by the database alike
+# where the endpoint is read and where its reschedule checks it is unchanged: a digest of
+# the two as stored (MD5 here is no security measure; SQLite has it through Django). Each
+# run passes 32 characters instead of the policies themselves, which for the largest
+# policy were most of the engine's CPU per run (bench/throughput.py --policy largest).
+POLICY_VERSION = (
+    "md5(CAST({e}.run_policy AS text) || '/' || CAST("
+    "(SELECT j.run_policy FROM endpoints_job AS j WHERE j.id = {e}.job_id) AS text))"
+)
+_JOINED["policy_version"] = POLICY_VERSION.format(e="e")
 _COLUMNS = [f.name for f in fields(ClaimedEndpoint) if f.init]
 # Built from our own column names; values are always parameters.
 _SELECT = (
@@ -240,7 +254,7 @@ def reschedule_all(
             else None,
             [
                 *(_to_db(Endpoint, name, getattr(endpoint, name)) for name in PLANNING_FIELDS),
-                _to_db(Endpoint, "run_policy", endpoint.job_run_policy),
+                endpoint.policy_version,
             ],
             [_to_db(Slot, name, values[name]) for name in slot],
             _flip_of(endpoint, values),
@@ -269,7 +283,7 @@ class _Reschedule(NamedTuple):
     pk: int
     token: Any
     own: list[Any] | None  # the endpoint's new values; None when none of them changes
-    same: list[Any]  # the planning fields as read, then the job's run policy
+    same: list[Any]  # the planning fields as read, then the policies' version
     slot: list[Any]
     flip: tuple[int, Any]
 
@@ -392,11 +406,12 @@ def _reschedule_slots_at_once(rows: list[_Reschedule], slot: list[str]) -> list[
     """PostgreSQL: the healthy reschedules of a batch (``_PG_RESCHEDULE_SLOT`` for each,
     the endpoints' ids all different) in one statement. Per run, the pipelined statements
     were the one statement left of a run (bench/run_statements.py, issue 23)."""
-    names = ["endpoint_id", "claim_token", *PLANNING_FIELDS, "job_run_policy", *slot]
+    names = ["endpoint_id", "claim_token", *PLANNING_FIELDS, "policy_version", *slot]
     types = [
         _array_type("endpoint_id", Slot),
         _array_type("claim_token", Slot),
-        *(_array_type(name, Endpoint) for name in (*PLANNING_FIELDS, "run_policy")),
+        *(_array_type(name, Endpoint) for name in PLANNING_FIELDS),
+        "text[]",
         *(_array_type(name, Slot) for name in slot),
     ]
     columns = [
@@ -411,7 +426,7 @@ def _reschedule_slots_at_once(rows: list[_Reschedule], slot: list[str]) -> list[
         unchanged=" AND ".join(
             [
                 *(f"e.{name} IS NOT DISTINCT FROM v.{name}" for name in PLANNING_FIELDS),
-                f"{_JOB_POLICY.format(e='e')} IS NOT DISTINCT FROM v.job_run_policy",
+                f"{POLICY_VERSION.format(e='e')} IS NOT DISTINCT FROM v.policy_version",
             ]
         ),
         slot=", ".join(f"{name} = v.{name}" for name in slot),
@@ -424,17 +439,12 @@ def _assign(names: Sequence[str]) -> str:
     return ", ".join(f"{name} = %s" for name in names)
 
 
-# The job's run policy (its endpoints' defaults: windows, an active period, a one-off)
-# plans the next run as the endpoint's own does, so a job edit committed during a run is
-# checked as the endpoint's fields are (a primary-key read of the job's row).
-_JOB_POLICY = "(SELECT j.run_policy FROM endpoints_job AS j WHERE j.id = {e}.job_id)"
-
-
 def _unchanged(same: str, e: str = "endpoints_endpoint") -> str:
-    """The planning fields, then the job's run policy, each as read (``_Reschedule.same``);
-    ``e`` names the endpoint's table in the statement."""
+    """The planning fields, then the version of the endpoint's and its job's run policy
+    (a job edit committed during a run is checked as the endpoint's fields are), each as
+    read (``_Reschedule.same``); ``e`` names the endpoint's table in the statement."""
     terms = [f"{e}.{name} {same} %s" for name in PLANNING_FIELDS]
-    return " AND ".join([*terms, f"{_JOB_POLICY.format(e=e)} {same} %s"])
+    return " AND ".join([*terms, f"{POLICY_VERSION.format(e=e)} {same} %s"])
 
 
 def fetch(

@@ -87,7 +87,7 @@ def test_a_stored_policy_is_resolved_once_per_content(monkeypatch: pytest.Monkey
     monkeypatch.setattr(
         policies, "resolve_policy", lambda *both: calls.append(both) or resolve(*both)
     )
-    policies._resolved.cache_clear()
+    policies._RESOLVED.clear()
     job_policy = {"retry_attempts": 3, "blackout": [{"start": "02:00", "end": "04:00"}]}
     first = [stored_policy(job_policy, {}) for _ in range(100)]
     # The same content in other objects (each endpoint of a job reads its own copy).
