@@ -32,7 +32,7 @@ pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
 def slow_endpoint(world: ApiWorld, target: TargetServer, path: str) -> Endpoint:
     """Tenant A's endpoint at ``path`` of the target (the test sets how it answers)."""
-    return world.world.add_endpoint(world.a.job, f"slow{path}", url=target.url(path))
+    return world.world.add_endpoint(world.a.job, f"slow-{path.strip('/')}", url=target.url(path))
 
 
 async def reached(target: TargetServer, path: str, count: int) -> None:
@@ -50,7 +50,8 @@ def server_connections() -> int:
     with connection.cursor() as cursor:
         cursor.execute(
             "SELECT count(*) FROM pg_stat_activity "
-            "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+            "WHERE datname = current_database() AND pid <> pg_backend_pid() "
+            "AND backend_type = 'client backend'"
         )
         return int(cursor.fetchone()[0])
 
