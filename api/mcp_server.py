@@ -12,22 +12,29 @@ comes from the ``Authorization: Bearer`` header over HTTP, or from ``manage.py m
 Every failure comes back as one readable sentence (what was wrong, how to fix it): the
 same problem the REST API would answer, without pydantic's raw text.
 
-Tools run on the SDK's event loop; the ORM is synchronous, so every call goes through
-``sync_to_async`` (one worker thread, as Django requires for its connections).
+Tools run on the SDK's event loop; the ORM is synchronous, so each call runs whole in a
+worker thread of its own (``ToolCalls``): one tenant's slow call (test_endpoint waits up
+to its endpoint's timeout, analyze_endpoint on a model) holds its own thread, never one
+that other tenants' calls queue behind. At most CRONICORN_MCP_CALLS_PER_KEY calls of one
+key and CRONICORN_MCP_THREADS in all run at once; a call beyond either waits
+CRONICORN_MCP_CALL_WAIT_SECONDS for a place, then is refused in one sentence.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextvars
 import logging
+from collections import Counter
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from importlib.metadata import PackageNotFoundError
 from importlib.metadata import version as package_version
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
-from asgiref.sync import sync_to_async
 from django.conf import settings
-from django.db import close_old_connections
+from django.db import connections
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ResourceError, ResourceNotFoundError, ToolError
 from mcp.server.mcpserver.tools.base import Tool
@@ -40,11 +47,13 @@ from pydantic.fields import FieldInfo
 import api.main  # noqa: F401 - registers every operation
 from api.auth import Principal, bearer_key, check_rate, principal_for_key
 from api.errors import problem_for, readable_errors
+from api.models import hash_key
 from api.operations import OPERATIONS, Operation, invoke
 from api.parameters import parameter_field
 from api.schemas import Problem
 
 logger = logging.getLogger(__name__)
+T = TypeVar("T")
 
 INSTRUCTIONS = """\
 Cronicorn calls HTTP endpoints on a schedule and adapts the cadence. An endpoint (a URL, \
@@ -83,7 +92,8 @@ def server_version() -> str:
 
 
 def build_server(*, stdio_key: str | None = None) -> MCPServer:
-    tools = [operation_tool(op, stdio_key) for op in OPERATIONS]
+    calls = ToolCalls()
+    tools = [operation_tool(op, calls, stdio_key) for op in OPERATIONS]
     server: MCPServer = MCPServer(
         name="cronicorn",
         title="Cronicorn",
@@ -114,7 +124,8 @@ def build_server(*, stdio_key: str | None = None) -> MCPServer:
                 "cronicorn://endpoints/12 (find ids with list_endpoints)."
             )
         try:
-            result = await _call(get_endpoint, ctx, stdio_key, {"endpoint_id": int(endpoint_id)})
+            arguments = {"endpoint_id": int(endpoint_id)}
+            result = await _call(get_endpoint, ctx, calls, stdio_key, arguments)
         except ToolError as exc:
             if "404" in str(exc):
                 raise ResourceNotFoundError(str(exc)) from None
@@ -208,7 +219,7 @@ class OperationTool(Tool):
         return self.fn_metadata.convert_result(result) if convert_result else result
 
 
-def operation_tool(op: Operation, stdio_key: str | None) -> OperationTool:
+def operation_tool(op: Operation, calls: ToolCalls, stdio_key: str | None) -> OperationTool:
     fields: dict[str, Any] = {}
     for param in op.params:
         if op.body is not None and param.annotation is op.body:
@@ -238,7 +249,7 @@ def operation_tool(op: Operation, stdio_key: str | None) -> OperationTool:
                 arguments[body_name] = op.body.model_validate(values)
             except ValidationError as exc:
                 raise ToolError(arguments_sentence(op.name, exc)) from None
-        return await _call(op, ctx, stdio_key, arguments)
+        return await _call(op, ctx, calls, stdio_key, arguments)
 
     return OperationTool(
         fn=call,
@@ -298,11 +309,15 @@ def arguments_sentence(tool: str, exc: ValidationError) -> str:
 
 
 async def _call(
-    op: Operation, ctx: Context, stdio_key: str | None, arguments: dict[str, Any]
+    op: Operation,
+    ctx: Context,
+    calls: ToolCalls,
+    stdio_key: str | None,
+    arguments: dict[str, Any],
 ) -> Any:
-    principal = await sync_to_async(_principal)(_authorization(ctx), stdio_key)
+    raw = bearer_key(_authorization(ctx)) or stdio_key
     try:
-        return await sync_to_async(_invoke)(op, principal, arguments)
+        return await calls.run(raw, _invoke, op, raw, arguments)
     except ToolError:
         raise
     except ValidationError as exc:
@@ -318,16 +333,91 @@ async def _call(
         raise ToolError(sentence(problem)) from None
 
 
-def _invoke(op: Operation, principal: Principal, arguments: dict[str, Any]) -> Any:
-    # A tool call is a request: old connections are closed around it, as Django does
-    # around each HTTP request (request_started / request_finished).
-    close_old_connections()
+def _invoke(op: Operation, raw_key: str | None, arguments: dict[str, Any]) -> Any:
+    """The whole call, in its worker thread: who calls, the rate limit, the operation."""
+    principal = _principal(raw_key)
+    check_rate(principal)
+    # Serialised in the worker thread too: a lazy ORM attribute is read where it may be.
+    return TypeAdapter(op.response).validate_python(invoke(op, principal, arguments))
+
+
+class ToolCalls:
+    """Where tool calls run: each in a worker thread of its own, from a pool of
+    CRONICORN_MCP_THREADS, at most CRONICORN_MCP_CALLS_PER_KEY of one key at once.
+
+    A call first takes a place (a free thread, and room under its key's bound), waiting
+    up to CRONICORN_MCP_CALL_WAIT_SECONDS; without one it is refused in a sentence that
+    says which bound and how to get past it. No more calls are submitted than the pool
+    has threads, so a call never queues in the pool behind a slow one.
+
+    Why this is safe for Django's database connections: ``django.db.connections`` is
+    per thread, and a connection may be used only in the thread that opened it. A call
+    runs whole in one thread (its key's lookup, the rate check, the operation and the
+    serialisation of its answer, where lazy ORM attributes are read), and hands the event
+    loop plain pydantic data, so every connection it opens is used in that thread alone;
+    it is closed there when the call ends, so a pool thread waits for its next call
+    holding no connection (at most CRONICORN_MCP_THREADS are open, none idle).
+    """
+
+    def __init__(self) -> None:
+        self.per_key: int = settings.CRONICORN_MCP_CALLS_PER_KEY
+        self.threads: int = settings.CRONICORN_MCP_THREADS
+        self.wait: float = settings.CRONICORN_MCP_CALL_WAIT_SECONDS
+        self._pool = ThreadPoolExecutor(self.threads, thread_name_prefix="mcp-call")
+        # Calls running, per key (its hash; "" for none). Touched on the event loop only.
+        self._running: Counter[str] = Counter()
+        self._changed = asyncio.Condition()
+
+    async def run(self, key: str | None, fn: Callable[..., T], *args: Any) -> T:
+        """``fn(*args)`` in a worker thread, once a place is free; its result."""
+        bucket = hash_key(key) if key else ""
+        async with self._changed:
+            try:
+                async with asyncio.timeout(self.wait):
+                    await self._changed.wait_for(lambda: self._has_room(bucket))
+            except TimeoutError:
+                raise ToolError(self._refusal(bucket)) from None
+            self._running[bucket] += 1
+        loop = asyncio.get_running_loop()
+        work = self._pool.submit(contextvars.copy_context().run, _closing, fn, *args)
+        # The place is given back when the thread is done with the call, not when the
+        # caller stops waiting: a client that hangs up does not free a busy thread.
+        work.add_done_callback(
+            lambda _: asyncio.run_coroutine_threadsafe(self._finished(bucket), loop)
+        )
+        return await asyncio.wrap_future(work)
+
+    def _has_room(self, bucket: str) -> bool:
+        return self._running[bucket] < self.per_key and self._running.total() < self.threads
+
+    async def _finished(self, bucket: str) -> None:
+        async with self._changed:
+            self._running[bucket] -= 1
+            if self._running[bucket] <= 0:
+                del self._running[bucket]
+            self._changed.notify_all()
+
+    def _refusal(self, bucket: str) -> str:
+        if self._running[bucket] >= self.per_key:
+            return (
+                f"429 Too Many Requests: this API key already has {self.per_key} tool calls "
+                "running, the most one key may run at once (CRONICORN_MCP_CALLS_PER_KEY); "
+                "wait for one to finish and call again, or raise CRONICORN_MCP_CALLS_PER_KEY "
+                "on the server."
+            )
+        return (
+            f"503 Service Unavailable: this MCP server is already running {self.threads} tool "
+            "calls, the most it runs at once (CRONICORN_MCP_THREADS); call again in a "
+            "moment, or raise CRONICORN_MCP_THREADS on the server."
+        )
+
+
+def _closing(fn: Callable[..., T], *args: Any) -> T:
+    """``fn(*args)``, then this thread's database connections closed (see ToolCalls)."""
     try:
-        check_rate(principal)
-        # Serialised inside the worker thread: a lazy ORM attribute is read where it may be.
-        return TypeAdapter(op.response).validate_python(invoke(op, principal, arguments))
+        return fn(*args)
     finally:
-        close_old_connections()
+        connections.close_all()
 
 
 def _authorization(ctx: Context) -> str | None:
@@ -338,8 +428,7 @@ def _authorization(ctx: Context) -> str | None:
     return headers.get("authorization") if headers else None
 
 
-def _principal(authorization: str | None, stdio_key: str | None) -> Principal:
-    raw = bearer_key(authorization) or stdio_key
+def _principal(raw: str | None) -> Principal:
     principal = principal_for_key(raw) if raw else None
     if principal is None:
         raise ToolError(

@@ -322,6 +322,12 @@ CACHES = {
 CRONICORN_MCP_MAX_STREAMS_PER_KEY = env_int("CRONICORN_MCP_MAX_STREAMS_PER_KEY", 2, minimum=0)
 CRONICORN_MCP_MAX_STREAMS = env_int("CRONICORN_MCP_MAX_STREAMS", 50, minimum=0)
 CRONICORN_MCP_STREAM_SECONDS = env_float("CRONICORN_MCP_STREAM_SECONDS", 300.0, minimum=1.0)
+# MCP tool calls (stdio and HTTP): each runs in a worker thread of its own; at most this
+# many of one API key and this many threads in all at once, and how long a call beyond
+# either waits for a place before it is refused.
+CRONICORN_MCP_CALLS_PER_KEY = env_int("CRONICORN_MCP_CALLS_PER_KEY", 4, minimum=1)
+CRONICORN_MCP_THREADS = env_int("CRONICORN_MCP_THREADS", 16, minimum=1)
+CRONICORN_MCP_CALL_WAIT_SECONDS = env_float("CRONICORN_MCP_CALL_WAIT_SECONDS", 5.0, minimum=0.0)
 # Alerts (notifications app): the notify cycle's period, how long a job's alerts wait for
 # others to share one digest, and each send's deadline, retries and backoff.
 CRONICORN_NOTIFY_SECONDS = env_float("CRONICORN_NOTIFY_SECONDS", 5.0, minimum=0.1)
