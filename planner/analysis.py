@@ -263,12 +263,7 @@ def _analyze_leased(
     session = open_session(endpoint, backend, now=now, lease_until=lease_until)
     tools = EndpointTools(endpoint=endpoint, session=session, now=now)
     usage = llm.Usage(on_add=partial(_record_spend, session.pk))
-    error = _run_backend(
-        session,
-        tools,
-        usage,
-        deadline=clock + llm_budget().total_seconds(),
-    )
+    error = _run_backend(session, tools, usage, deadline=clock + llm_budget().total_seconds())
     _finish(session, tools, usage, error=error, elapsed=time.monotonic() - clock)
     Endpoint.objects.filter(pk=endpoint.pk, analysis_locked_until=lease_until).update(
         last_analyzed_at=now,
