@@ -37,7 +37,9 @@ def env_bool(name: str, default: bool) -> bool:
     raise ImproperlyConfigured(f"{name}={raw!r} is not a boolean; use true or false.")
 
 
-def env_int(name: str, default: int, *, minimum: int | None = None) -> int:
+def env_int(
+    name: str, default: int, *, minimum: int | None = None, maximum: int | None = None
+) -> int:
     raw = os.environ.get(name)
     if raw is None or raw == "":
         return default
@@ -47,6 +49,8 @@ def env_int(name: str, default: int, *, minimum: int | None = None) -> int:
         raise ImproperlyConfigured(f"{name}={raw!r} is not a whole number.") from None
     if minimum is not None and value < minimum:
         raise ImproperlyConfigured(f"{name}={value} is too small; it must be at least {minimum}.")
+    if maximum is not None and value > maximum:
+        raise ImproperlyConfigured(f"{name}={value} is too large; it must be at most {maximum}.")
     return value
 
 
@@ -300,6 +304,12 @@ CRONICORN_LLM_TEMPERATURE = env_float("CRONICORN_LLM_TEMPERATURE", 0.2, minimum=
 CRONICORN_LLM_TIMEOUT_SECONDS = env_float("CRONICORN_LLM_TIMEOUT_SECONDS", 60.0, minimum=1.0)
 CRONICORN_LLM_MAX_TOKENS = env_int("CRONICORN_LLM_MAX_TOKENS", 1500, minimum=1)
 CRONICORN_LLM_MAX_RETRIES = env_int("CRONICORN_LLM_MAX_RETRIES", 2, minimum=0)
+# The most tokens one analysis may spend: reserved from the tenant's monthly budget before
+# its first request, settled to what it spent (planner/analysis.py). At least what a first
+# request with the longest descriptions may cost; at most what a session row can hold.
+CRONICORN_LLM_SESSION_TOKENS = env_int(
+    "CRONICORN_LLM_SESSION_TOKENS", 50_000, minimum=20_000, maximum=10_000_000
+)
 
 # API. Requests per key (or per logged-in user), counted in the "api" cache: Redis when
 # CRONICORN_API_CACHE_URL names one (so a fleet of web processes shares one count), this

@@ -53,7 +53,7 @@ from endpoints.models import (
 )
 from endpoints.secrets import strip_userinfo
 from endpoints.validation import quota_problem, reason_problem
-from endpoints.wording import delta_words
+from endpoints.wording import delta_words, duration_words
 
 
 class OperationRefused(Exception):
@@ -256,15 +256,59 @@ def run_now(endpoint: Endpoint, *, now: datetime, user: Any = None) -> None:
             f"{endpoint} is paused {endpoint.pause_words(now)}; "
             "resume it first, or use Test to call it once while paused."
         )
-    # A lease that has run out (its worker died) does not block: it is released here.
-    lease_free = Q(claim_token__isnull=True) | Q(locked_until__lte=now)
-    updated = Slot.objects.filter(lease_free, pk=endpoint.pk).update(
-        next_run_at=now, next_run_source=Source.MANUAL, claim_token=None, locked_until=None
-    )
+    with transaction.atomic():
+        _refuse_within_floor(endpoint, now)
+        # A lease that has run out (its worker died) does not block: it is released here.
+        lease_free = Q(claim_token__isnull=True) | Q(locked_until__lte=now)
+        updated = Slot.objects.filter(lease_free, pk=endpoint.pk).update(
+            next_run_at=now, next_run_source=Source.MANUAL, claim_token=None, locked_until=None
+        )
     if not updated:
         raise OperationRefused(_in_flight_message(endpoint, now))
     endpoint.next_run_at, endpoint.next_run_source = now, Source.MANUAL
     log_event(logging.INFO, f"run now requested by {user or 'system'}", endpoint_id=endpoint.pk)
+
+
+TRIGGER_WORDS = {
+    RunTrigger.SCHEDULED: "a scheduled run",
+    RunTrigger.MANUAL: "a manual run",
+    RunTrigger.TEST: "a test",
+    RunTrigger.RETRY: "a retry",
+}
+
+
+def _refuse_within_floor(endpoint: Endpoint, now: datetime) -> None:
+    """Refuse a manual call of the endpoint (run now, a job's run now, a test) less than
+    its tenant's floor (``Tenant.min_interval_ms``) after its last call of any kind, or
+    after a run now still waiting for the scheduler: the floor bounds how often a
+    tenant's targets are called, by hand too. Called in the operation's transaction: the
+    lock on the endpoint's slot row makes two requests at once count one after another."""
+    slot = Slot.objects.select_for_update().get(pk=endpoint.pk)
+    last = (
+        Run.objects.filter(endpoint_id=endpoint.pk)
+        .order_by("-started_at")
+        .values_list("started_at", "trigger")
+        .first()
+    )
+    waiting = slot.next_run_at if slot.next_run_source == Source.MANUAL else None
+    if waiting is not None and (last is None or waiting > last[0]):
+        last = (waiting, "requested")
+    floor = timedelta(milliseconds=endpoint.job.tenant.min_interval_ms)
+    if last is None or now >= last[0] + floor:
+        return
+    at, trigger = last
+    said = (
+        f"has a manual run waiting to start (requested {delta_words(at - now)})"
+        if trigger == "requested"
+        else f"was called {delta_words(at - now)} ({TRIGGER_WORDS[RunTrigger(trigger)]})"
+    )
+    allowed = at + floor
+    raise OperationRefused(
+        f"{endpoint} {said}; tenant {endpoint.job.tenant.name} allows one call of an endpoint "
+        f"every {duration_words(floor.total_seconds() * 1000)}, by hand too. The next manual "
+        f"run or test is allowed at {allowed.isoformat(timespec='seconds')} "
+        f"({delta_words(allowed - now)})."
+    )
 
 
 def _in_flight_message(endpoint: Endpoint, now: datetime) -> str:
@@ -287,15 +331,17 @@ def test_endpoint(endpoint: Endpoint, *, now: datetime | None = None) -> Run:
     """
     _refuse_archived(endpoint, "be tested")
     started = now or timezone.now()
-    run = Run.objects.create(
-        endpoint=endpoint,
-        trigger=RunTrigger.TEST,
-        source=Source.MANUAL,
-        scheduled_for=started,
-        started_at=started,
-        request_method=endpoint.method,
-        request_url=strip_userinfo(endpoint.url),
-    )
+    with transaction.atomic():
+        _refuse_within_floor(endpoint, started)
+        run = Run.objects.create(
+            endpoint=endpoint,
+            trigger=RunTrigger.TEST,
+            source=Source.MANUAL,
+            scheduled_for=started,
+            started_at=started,
+            request_method=endpoint.method,
+            request_url=strip_userinfo(endpoint.url),
+        )
     tenant = endpoint.job.tenant
     result, _kind = judged(
         perform_request(

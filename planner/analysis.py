@@ -7,6 +7,10 @@
 - ``analyze_endpoint`` runs one session under the endpoint's analysis lease
   (``analysis_locked_until``, taken by a conditional update), so no endpoint is analysed
   twice at once.
+- An ``llm`` session first reserves CRONICORN_LLM_SESSION_TOKENS of its tenant's monthly
+  token budget (``open_session``, under a lock on the tenant's row) and is settled to
+  what it spent when it finishes; without room in the budget it is a ``rules`` session
+  that says why.
 - Every session is recorded, also when the backend fails (error, tokens so far); a
   failed session pushes ``next_analysis_at`` back with backoff and no planner error
   leaves ``plan_cycle``: the scheduler never sees one.
@@ -17,17 +21,19 @@ from __future__ import annotations
 import logging
 import time
 import uuid
-from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from functools import partial
+from typing import Any
 
 from django.conf import settings
+from django.db import transaction
 from django.db.models import Exists, F, OuterRef, Q, QuerySet, Sum, Window
 from django.db.models.functions import RowNumber
 from django.utils import timezone
 
 from endpoints.engine import metrics
 from endpoints.jsonb import storable
-from endpoints.models import Endpoint, Heartbeat, JobStatus, Run, RunStatus
+from endpoints.models import Endpoint, Heartbeat, JobStatus, Run, RunStatus, Tenant
 from planner.backends import llm, rules
 from planner.models import AnalysisSession, Backend, SessionStatus
 from planner.tools import EndpointTools
@@ -187,24 +193,50 @@ def _release_cycle_lease(token: str, now: datetime) -> None:
 # One session.
 
 
-@dataclass(frozen=True)
-class _Choice:
-    backend: str
-    note: str = ""
+def open_session(
+    endpoint: Endpoint, requested: str, *, now: datetime, lease_until: datetime
+) -> AnalysisSession:
+    """The session row, with the backend it will use. An ``llm`` session reserves
+    CRONICORN_LLM_SESSION_TOKENS of its tenant's monthly budget first; when the budget
+    left cannot cover that, the session is a ``rules`` one and its note says why.
 
-
-def choose_backend(endpoint: Endpoint, requested: str, now: datetime) -> _Choice:
-    """``llm`` unless the tenant's monthly token budget is spent: then ``rules``."""
+    Reserving is a check and a write under one lock on the tenant's row (PostgreSQL's
+    row lock; SQLite's BEGIN IMMEDIATE takes the database's), so concurrent analyses of
+    one tenant reserve one after another and never together pass the budget. The
+    session row is the reservation: it is settled by ``_finish`` (what the session spent
+    counts from then on) and, if the process dies, it lapses with the analysis lease."""
     if requested != Backend.LLM:
-        return _Choice(requested)
-    tenant = endpoint.job.tenant
-    spent = tokens_spent_this_month(tenant.pk, now=now)
-    if spent < tenant.monthly_token_budget:
-        return _Choice(Backend.LLM)
-    return _Choice(
-        Backend.RULES,
-        f"Fell back to rules: tenant {tenant.name} has spent {spent} of its "
-        f"{tenant.monthly_token_budget} LLM tokens this month.",
+        return _create_session(endpoint, Backend.RULES, now=now)
+    allowance = settings.CRONICORN_LLM_SESSION_TOKENS
+    with transaction.atomic():
+        tenant = Tenant.objects.select_for_update().get(pk=endpoint.job.tenant_id)
+        committed = tokens_committed_this_month(tenant.pk, now=now)
+        if tenant.monthly_token_budget - committed >= allowance:
+            return _create_session(
+                endpoint,
+                Backend.LLM,
+                now=now,
+                reserved_tokens=allowance,
+                reserved_until=lease_until,
+            )
+    note = (
+        f"Fell back to rules: tenant {tenant.name} has spent or reserved {committed} of its "
+        f"{tenant.monthly_token_budget} LLM tokens this month, and an analysis reserves "
+        f"{allowance} (CRONICORN_LLM_SESSION_TOKENS)."
+    )
+    return _create_session(endpoint, Backend.RULES, now=now, note=note)
+
+
+def _create_session(
+    endpoint: Endpoint, backend: str, *, now: datetime, **fields: Any
+) -> AnalysisSession:
+    return AnalysisSession.objects.create(
+        endpoint=endpoint,
+        backend=backend,
+        model=settings.CRONICORN_LLM_MODEL if backend == Backend.LLM else "",
+        started_at=now,
+        failure_count_snapshot=endpoint.failure_count,
+        **fields,
     )
 
 
@@ -217,25 +249,21 @@ def tokens_spent_this_month(tenant_id: int, *, now: datetime) -> int:
     return spent or 0
 
 
+def tokens_committed_this_month(tenant_id: int, *, now: datetime) -> int:
+    """Spent, plus what running sessions have reserved beyond what they spent so far."""
+    sessions = AnalysisSession.objects.this_month(now).filter(endpoint__job__tenant_id=tenant_id)
+    return sessions.tokens_committed(now)
+
+
 def _analyze_leased(
     endpoint: Endpoint, *, now: datetime, backend: str, lease_until: datetime
 ) -> AnalysisSession:
     clock = time.monotonic()
     endpoint = Endpoint.objects.select_related("job__tenant").get(pk=endpoint.pk)
-    choice = choose_backend(endpoint, backend, now)
-    session = AnalysisSession.objects.create(
-        endpoint=endpoint,
-        backend=choice.backend,
-        model=settings.CRONICORN_LLM_MODEL if choice.backend == Backend.LLM else "",
-        started_at=now,
-        failure_count_snapshot=endpoint.failure_count,
-        note=choice.note,
-    )
+    session = open_session(endpoint, backend, now=now, lease_until=lease_until)
     tools = EndpointTools(endpoint=endpoint, session=session, now=now)
-    usage = llm.Usage()
-    error = _run_backend(
-        choice.backend, tools, usage, deadline=clock + llm_budget().total_seconds()
-    )
+    usage = llm.Usage(on_add=partial(_record_spend, session.pk))
+    error = _run_backend(session, tools, usage, deadline=clock + llm_budget().total_seconds())
     _finish(session, tools, usage, error=error, elapsed=time.monotonic() - clock)
     Endpoint.objects.filter(pk=endpoint.pk, analysis_locked_until=lease_until).update(
         last_analyzed_at=now,
@@ -254,11 +282,24 @@ def _analyze_leased(
     return session
 
 
-def _run_backend(backend: str, tools: EndpointTools, usage: llm.Usage, *, deadline: float) -> str:
+def _record_spend(session_id: int, usage: llm.Usage) -> None:
+    """What a running session has spent so far, after each reply: a process that dies
+    mid-conversation leaves it counted once its reservation lapses."""
+    AnalysisSession.objects.filter(pk=session_id, status=SessionStatus.RUNNING).update(
+        prompt_tokens=usage.prompt_tokens,
+        completion_tokens=usage.completion_tokens,
+        total_tokens=usage.total_tokens,
+    )
+
+
+def _run_backend(
+    session: AnalysisSession, tools: EndpointTools, usage: llm.Usage, *, deadline: float
+) -> str:
     """Run the conversation; the error text for the session ("" when it went through)."""
+    backend = session.backend
     try:
         if backend == Backend.LLM:
-            llm.analyze(tools, usage, deadline=deadline)
+            llm.analyze(tools, usage, deadline=deadline, allowance=session.reserved_tokens)
         else:
             rules.analyze(tools)
     except llm.LLMError as exc:

@@ -6,7 +6,8 @@ from datetime import UTC, datetime
 from typing import Any
 
 from django.db import models
-from django.db.models import Q
+from django.db.models import Case, F, Q, Sum, When
+from django.db.models.functions import Greatest
 
 from endpoints.models import Endpoint
 
@@ -20,6 +21,17 @@ class AnalysisSessionQuerySet(models.QuerySet["AnalysisSession"]):
     def this_month(self, now: datetime) -> AnalysisSessionQuerySet:
         """Sessions started this calendar month (UTC): the month of the token budget."""
         return self.filter(started_at__gte=budget_month_start(now))
+
+    def tokens_committed(self, now: datetime) -> int:
+        """The tokens these sessions count against a budget at ``now``: what each spent,
+        or its reservation while that holds (a running session whose reservation has not
+        expired), whichever is more."""
+        holding = Q(status=SessionStatus.RUNNING, reserved_until__gt=now)
+        charge = Case(
+            When(holding, then=Greatest("total_tokens", "reserved_tokens")),
+            default=F("total_tokens"),
+        )
+        return self.aggregate(total=Sum(charge))["total"] or 0
 
 
 def budget_month_start(now: datetime) -> datetime:
@@ -58,6 +70,11 @@ class AnalysisSession(models.Model):
     prompt_tokens = models.PositiveIntegerField(default=0)
     completion_tokens = models.PositiveIntegerField(default=0)
     total_tokens = models.PositiveIntegerField(default=0)
+    # An llm session's share of its tenant's monthly budget, taken before its first
+    # request; it counts until the session finishes (then what it spent counts) or until
+    # reserved_until (the analysis lease) passes, for a process that died mid-session.
+    reserved_tokens = models.PositiveIntegerField(default=0)
+    reserved_until = models.DateTimeField(null=True, blank=True)
     error = models.TextField(blank=True)
     note = models.TextField(blank=True, help_text="e.g. why an llm analysis fell back to rules.")
     failure_count_snapshot = models.PositiveIntegerField(default=0)

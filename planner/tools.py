@@ -18,6 +18,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from endpoints import operations
+from endpoints.engine.outcomes import run_policy_of
 from endpoints.models import Endpoint, Run, RunStatus, Source
 from endpoints.wording import count_words
 from planner.models import AnalysisSession
@@ -413,6 +414,12 @@ class EndpointTools:
                 self.endpoint, now=self.now, reason=args["reason"], session=self.session
             )
             return self._written("Endpoint resumed.")
+        if retrying := policy_retry_words(self.endpoint):
+            raise ToolError(
+                f"pause_until: {retrying}, as a person configured, and a pause would end "
+                "those retries; the retry waits for the answer's Retry-After itself. "
+                "Leave the slot to the run policy."
+            )
         until = parse_iso("untilIso", args["untilIso"])
         if until <= self.now:
             raise ToolError(
@@ -456,6 +463,17 @@ class EndpointTools:
             "activeHint": active_hint(endpoint, self.now),
             "pausedUntil": _iso(endpoint.paused_until) if endpoint.is_paused(self.now) else None,
         }
+
+
+def policy_retry_words(endpoint: Endpoint) -> str:
+    """What the run policy does with the slot's failure while it retries it within the
+    slot (a retry planned or in flight, attempts left), in words; "" otherwise. What a
+    person configured wins over the planner's guesses: the planner never pauses then."""
+    attempt = endpoint.retry_attempt
+    attempts = run_policy_of(endpoint).retry_attempts
+    if attempt < 2 or attempt > attempts:
+        return ""
+    return f"the run policy retries this failure within its slot (attempt {attempt} of {attempts})"
 
 
 def finished_runs(endpoint: Endpoint) -> Any:

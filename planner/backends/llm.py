@@ -4,16 +4,19 @@ Works with any server that speaks ``POST {base}/chat/completions`` with ``tools`
 Ollama, vLLM, LiteLLM...). The model reads a system prompt (the governor's rules, the
 owner's description as its primary instructions, schedule, constraints, active hint,
 last session, health) and acts only through the tools bound to this endpoint. At most
-MAX_STEPS requests; the last one forces ``submit_analysis``. Timeouts, connection errors,
-429 and 5xx are retried a bounded number of times; anything else is fatal. The API key
-travels only in the Authorization header and is scrubbed from every error text.
+MAX_STEPS requests, and none that might take the session past its token allowance (its
+reservation from the tenant's budget); the last one forces ``submit_analysis``.
+Timeouts, connection errors, 429 and 5xx are retried a bounded number of times; anything
+else is fatal. The API key travels only in the Authorization header and is scrubbed from
+every error text.
 """
 
 from __future__ import annotations
 
 import json
 import time
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -54,15 +57,22 @@ class Usage:
     prompt_tokens: int = 0
     completion_tokens: int = 0
     total_tokens: int = 0
+    # Told after each reply's count (the session row records it as it goes).
+    on_add: Callable[[Usage], None] | None = field(default=None, repr=False, compare=False)
 
-    def add(self, usage: Any) -> None:
+    def add(self, usage: Any) -> int:
+        """Add one reply's count; the tokens that reply counted."""
         if not isinstance(usage, dict):
-            return
+            return 0
         prompt = _count(usage.get("prompt_tokens"))
         completion = _count(usage.get("completion_tokens"))
+        total = _count(usage.get("total_tokens")) or prompt + completion
         self.prompt_tokens += prompt
         self.completion_tokens += completion
-        self.total_tokens += _count(usage.get("total_tokens")) or prompt + completion
+        self.total_tokens += total
+        if self.on_add is not None:
+            self.on_add(self)
+        return total
 
 
 # No model reads or writes this many tokens in one reply; a larger count (a broken or
@@ -198,22 +208,64 @@ def _advice(status_code: int) -> str:
     return "."
 
 
-def analyze(tools: EndpointTools, usage: Usage, *, deadline: float) -> None:
-    """Hold the conversation until the model calls submit_analysis; raises LLMError."""
+@dataclass
+class Allowance:
+    """The tokens one session may spend, and a bound on what its next request may cost.
+
+    A request costs its prompt plus at most ``max_tokens`` of completion. Its prompt is
+    the conversation the API has already counted (the last reply's total) plus the
+    messages added since, counted at one token per byte of their JSON: a tokenizer never
+    makes a token of less than a byte, so the bound holds whatever the model, without
+    its tokenizer. The first request has no count to start from: its whole payload is
+    counted by bytes. A request whose bound does not fit in what is left is not sent."""
+
+    tokens: int
+    max_tokens: int
+    counted: int = 0  # tokens the API counted for the first counted_messages messages
+    counted_messages: int = 0
+
+    def next_request(self, messages: list[dict[str, Any]]) -> int:
+        unseen = messages[self.counted_messages :]
+        unseen_bytes = len(json.dumps(unseen).encode())
+        if not self.counted_messages:
+            unseen_bytes += len(json.dumps(tool_definitions()).encode())
+        return self.counted + unseen_bytes + self.max_tokens
+
+    def counted_up_to(self, messages: list[dict[str, Any]], tokens: int) -> None:
+        self.counted, self.counted_messages = tokens, len(messages)
+
+
+def analyze(tools: EndpointTools, usage: Usage, *, deadline: float, allowance: int) -> None:
+    """Hold the conversation until the model calls submit_analysis, spending at most
+    ``allowance`` tokens (the last request that fits forces submit_analysis); raises
+    LLMError."""
     config = LLMConfig.from_settings()
     messages: list[dict[str, Any]] = [
         {"role": "system", "content": system_prompt(tools.endpoint, tools.now)},
         {"role": "user", "content": f"Analyse {tools.endpoint.ref} now ({tools.now.isoformat()})."},
     ]
+    budget = Allowance(allowance, config.max_tokens)
     with httpx.Client(follow_redirects=False) as http:
         client = ChatClient(config, http, deadline=deadline)
         force = False
         for step in range(1, MAX_STEPS + 1):
-            forced = force or step == MAX_STEPS
+            cost = budget.next_request(messages)
+            left = budget.tokens - usage.total_tokens
+            if cost > left:
+                raise LLMError(
+                    f"The analysis stopped at its token allowance: {usage.total_tokens} of "
+                    f"{budget.tokens} tokens spent, and the next request may cost up to {cost} "
+                    "(CRONICORN_LLM_SESSION_TOKENS)."
+                )
+            # The conversation only grows: when a second request like this one would not
+            # fit after it, this one is the last and must submit.
+            forced = force or step == MAX_STEPS or 2 * cost > left
             reply = client.complete(messages, FORCE_SUBMIT if forced else "auto")
-            usage.add(reply.get("usage"))
+            counted = usage.add(reply.get("usage"))
             message = _assistant_message(reply)
             messages.append(message)
+            if counted:  # a reply without a count leaves its messages counted by bytes
+                budget.counted_up_to(messages, counted)
             calls = message.get("tool_calls") or []
             if not calls and forced:
                 break

@@ -5,9 +5,11 @@ most one action; ``analyze`` gathers that input from the database and carries th
 out through the same tools the LLM uses, so both backends record the same sessions.
 
 The rules, first match wins:
-1. The latest answer is 429/503: pause until its Retry-After (the response header,
-   else body keys ``retry_after``, ``retry_after_seconds``, ``retryAfter``; seconds or a
-   time), a default without one, never longer than an hour.
+1. The latest answer is 429/503: while the run policy retries it within its slot
+   (attempts left), no pause: what a person configured wins, and the retry waits for
+   the answer's Retry-After itself. Otherwise pause until its Retry-After (the response
+   header, else body keys ``retry_after``, ``retry_after_seconds``, ``retryAfter``;
+   seconds or a time), 5 minutes without one, never longer than an hour.
 2. A pause the planner wrote is still on but the endpoint no longer rate-limits: resume.
 3. The latest run failed otherwise: leave it to the baseline's failure backoff (and
    clear a planner interval hint, which would override that backoff).
@@ -39,6 +41,7 @@ from planner.tools import (
     MIN_NEXT_ANALYSIS_MS,
     EndpointTools,
     finished_runs,
+    policy_retry_words,
 )
 
 HISTORY = 10
@@ -83,6 +86,7 @@ class RulesInput:
     person_hint_active: bool = False
     paused_until: datetime | None = None
     paused_by_planner: bool = False
+    policy_retry: str = ""  # the run policy retries the latest failure: in words
 
 
 @dataclass(frozen=True)
@@ -121,6 +125,11 @@ def decide(data: RulesInput) -> Verdict:
 
 
 def _rate_limited(data: RulesInput, latest: Observation) -> Verdict:
+    if data.policy_retry:
+        return Verdict(
+            f"HTTP {latest.status_code}: {data.policy_retry}, as a person configured; "
+            "the planner does not pause over it (the retry waits for a Retry-After itself)."
+        )
     wait, source = retry_after(latest.headers, latest.body, latest.at)
     capped = min(wait, MAX_RATE_LIMIT_PAUSE)
     until = latest.at + capped
@@ -373,6 +382,7 @@ def gather(endpoint: Endpoint, now: datetime) -> RulesInput:
         person_hint_active=hint_fresh and not hint_by_planner,
         paused_until=endpoint.paused_until,
         paused_by_planner=_latest_by_planner(endpoint, (HintKind.PAUSE, HintKind.RESUME)),
+        policy_retry=policy_retry_words(endpoint),
     )
 
 

@@ -3,6 +3,7 @@ endpoint, through the same validation and scheduling functions as the admin."""
 
 from __future__ import annotations
 
+import re
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -136,9 +137,6 @@ def test_run_now_makes_the_endpoint_due_and_test_calls_it_once(
     http: httpx.Client, job: Job, target: TargetServer, loopback_allowed: None
 ) -> None:
     endpoint_id = created(http, job, url=target.url("/ping"))["id"]
-    due = http.post(f"/endpoints/{endpoint_id}/run")
-    assert due.status_code == 202, due.text
-    assert due.json()["next_run_source"] == "manual"
     tested = http.post(f"/endpoints/{endpoint_id}/test")
     assert tested.status_code == 200, tested.text
     run = tested.json()
@@ -147,6 +145,33 @@ def test_run_now_makes_the_endpoint_due_and_test_calls_it_once(
     detail = http.get(f"/runs/{run['id']}").json()
     assert detail["request_url"] == target.url("/ping")
     assert "response_body" in detail and detail["duration_ms"] is not None
+    # The test was longer ago than the tenant's floor (1 s).
+    Run.objects.filter(pk=run["id"]).update(started_at=timezone.now() - timedelta(seconds=2))
+    due = http.post(f"/endpoints/{endpoint_id}/run")
+    assert due.status_code == 202, due.text
+    assert due.json()["next_run_source"] == "manual"
+
+
+def test_a_second_manual_call_within_the_tenant_floor_is_refused_with_when_it_is_allowed(
+    http: httpx.Client, job: Job, tenant: Tenant, target: TargetServer, loopback_allowed: None
+) -> None:
+    tenant.min_interval_ms = 300_000
+    tenant.save(update_fields=["min_interval_ms"])
+    endpoint_id = created(http, job, url=target.url("/ping"), baseline_interval_ms=600_000)["id"]
+
+    due = http.post(f"/endpoints/{endpoint_id}/run")
+    again = http.post(f"/endpoints/{endpoint_id}/run")
+    tested = http.post(f"/endpoints/{endpoint_id}/test")
+    job_run = http.post(f"/jobs/{job.pk}/run")
+
+    assert due.status_code == 202, due.text
+    assert again.status_code == tested.status_code == 409
+    for refused in (again.json()["detail"], tested.json()["detail"], job_run.json()["detail"]):
+        assert "ops/orders has a manual run waiting to start (requested " in refused
+        assert "tenant Acme allows one call of an endpoint every 5 minutes, by hand too" in refused
+        assert re.search(r"The next manual run or test is allowed at \S+ \(in 5 minutes\)", refused)
+    assert job_run.json()["detail"].startswith("0 endpoints of ops due now. Left out:")
+    assert target.hits("/ping") == []
 
 
 def test_jobs_are_created_listed_changed_paused_resumed_and_deleted(

@@ -64,8 +64,11 @@ def test_a_reset_failing_endpoint_is_never_called_recovered_the_reset_ended_its_
     target.reply("/missing", status=404)
     endpoint = make_endpoint(url=target.url("/missing"))
     now = timezone.now()
-    for _ in range(3):
-        test_endpoint(Endpoint.objects.select_related("job__tenant").get(pk=endpoint.pk))
+    for minutes in (3, 2, 1):  # a minute apart: the tenant's floor allows one call a second
+        test_endpoint(
+            Endpoint.objects.select_related("job__tenant").get(pk=endpoint.pk),
+            now=now - timedelta(minutes=minutes),
+        )
     Endpoint.objects.filter(pk=endpoint.pk).update(failure_count=3)
     notify_cycle(now=now)
     assert list(Alert.objects.values_list("kind", flat=True)) == [AlertKind.FAILING]

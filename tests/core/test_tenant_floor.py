@@ -10,13 +10,25 @@ from typing import Any
 
 import pytest
 from django.core.exceptions import ValidationError
+from django.utils import timezone
 
+from endpoints.engine.claiming import claim_due_endpoints
+from endpoints.engine.running import execute_claim
 from endpoints.governor import EndpointSchedule, plan_next_run
 from endpoints.models import Endpoint, Job, Tenant
-from endpoints.operations import apply_hint
+from endpoints.operations import (
+    OperationRefused,
+    apply_hint,
+    run_job_now,
+    run_now,
+    test_endpoint,
+)
 
 NOW = datetime(2026, 11, 24, 12, 0, tzinfo=UTC)
 FIVE_MIN = 300_000
+MS = timedelta(milliseconds=1)
+S = timedelta(seconds=1)
+MIN = timedelta(minutes=1)
 
 
 @pytest.fixture
@@ -100,3 +112,41 @@ def test_a_hint_below_the_floor_is_stored_as_asked_and_clamped_when_planned(
         NOW + timedelta(minutes=5),
         "clamped-min",
     )
+
+
+def test_manual_runs_and_tests_call_each_target_once_within_the_tenant_floor(
+    job: Job,
+    floored: Tenant,
+    make_endpoint: Callable[..., Endpoint],
+    target: Any,
+    loopback_allowed: None,
+) -> None:
+    # The case: with a 5-minute floor, 3 job run-nows and 2 tests called 4
+    # targets 14 times in a second.
+    endpoints = [
+        make_endpoint(name=f"e{n}", url=target.url(f"/e{n}"), baseline_interval_ms=600_000)
+        for n in range(4)
+    ]
+    now = timezone.now()
+
+    made_due = [run_job_now(job, now=now + n * 300 * MS)[0] for n in range(3)]
+    refused = []
+    for endpoint in endpoints[:2]:
+        with pytest.raises(OperationRefused) as caught:
+            test_endpoint(endpoint, now=now + S)
+        refused.append(str(caught.value))
+    for claim in claim_due_endpoints(now=now + S, limit=10, horizon_ms=0):
+        execute_claim(claim)
+
+    assert made_due == [4, 0, 0]
+    assert len(target.hits()) == 4
+    assert refused[0].startswith(
+        "ops/e0 has a manual run waiting to start (requested 1 second ago); tenant Acme "
+        "allows one call of an endpoint every 5 minutes, by hand too. The next manual run "
+        f"or test is allowed at {(now + 5 * MIN).isoformat(timespec='seconds')}"
+    )
+    later = timezone.now()
+    with pytest.raises(OperationRefused, match=r"was called .* ago \(a manual run\)"):
+        run_now(endpoints[0], now=later)
+    assert test_endpoint(endpoints[0], now=later + 5 * MIN).status_code == 200
+    assert len(target.hits()) == 5

@@ -99,7 +99,9 @@ def valid_steps(world: ApiWorld, target_url: str) -> list[Step]:
         ("clear_hints", endpoint, None),
         ("pause_endpoint", lambda s: {**endpoint(s), "for_ms": 60_000, "reason": "mcp"}, None),
         ("resume_endpoint", endpoint, None),
-        ("run_endpoint_now", endpoint, None),
+        # The world's endpoint: the new one is tested next, and the tenant's floor refuses
+        # a second manual call of one endpoint within a second.
+        ("run_endpoint_now", lambda s: {"endpoint_id": a.endpoint.pk}, None),
         ("test_endpoint", endpoint, None),
         ("reset_failures", endpoint, None),
         ("preview_runs", lambda s: {**endpoint(s), "count": 3}, None),

@@ -21,7 +21,12 @@ from django.db import connection
 
 from endpoints.governor import EndpointSchedule, plan_next_run
 from endpoints.models import Endpoint, HintHistory, Run, RunStatus
-from planner.analysis import analyze_endpoint, plan_cycle, tokens_spent_this_month
+from planner.analysis import (
+    analyze_endpoint,
+    plan_cycle,
+    tokens_committed_this_month,
+    tokens_spent_this_month,
+)
 from planner.backends.llm import MAX_TOKENS_PER_REPLY
 from planner.models import AnalysisSession, SessionStatus
 
@@ -33,6 +38,7 @@ class Reply:
     body: Any
     status: int = 200
     delay: float = 0.0
+    gate: threading.Event | None = None  # answered once the test sets it
 
 
 @dataclass
@@ -66,6 +72,8 @@ def fake_chat() -> Iterator[FakeChat]:
             request = json.loads(self.rfile.read(length))
             step = chat.next_step(request, self.headers.get("Authorization"))
             time.sleep(step.delay)
+            if step.gate is not None:
+                step.gate.wait(timeout=30)
             payload = json.dumps(step.body).encode()
             try:
                 self.send_response(step.status)
@@ -365,8 +373,11 @@ def test_token_counts_past_what_a_column_holds_are_recorded_capped_and_spend_the
     session = analyze_endpoint(endpoint, now=now)
 
     session.refresh_from_db()
-    assert session.status == SessionStatus.SUCCEEDED
-    assert session.prompt_tokens == session.total_tokens == 2 * MAX_TOKENS_PER_REPLY
+    # The first reply's count is past the session's allowance: no second request is sent.
+    assert len(fake_chat.requests) == 1
+    assert session.status == SessionStatus.FAILED
+    assert "stopped at its token allowance" in session.error
+    assert session.prompt_tokens == session.total_tokens == MAX_TOKENS_PER_REPLY
     endpoint.refresh_from_db()
     assert endpoint.analysis_locked_until is None
     tenant = endpoint.job.tenant
@@ -510,11 +521,12 @@ def test_a_spent_monthly_budget_falls_back_to_rules_and_says_so(
     fake_chat: FakeChat, endpoint: Endpoint, now: datetime, make_endpoint: Any
 ) -> None:
     tenant = endpoint.job.tenant
-    tenant.monthly_token_budget = 1_000
+    tenant.monthly_token_budget = 100_000
     tenant.save(update_fields=["monthly_token_budget"])
     other = make_endpoint(name="other")
+    # 40 000 left: less than the 50 000 one analysis reserves.
     AnalysisSession.objects.create(
-        endpoint=other, backend="llm", started_at=now - timedelta(days=1), total_tokens=1_000
+        endpoint=other, backend="llm", started_at=now - timedelta(days=1), total_tokens=60_000
     )
     fake_chat.play(SUBMIT)
 
@@ -523,7 +535,8 @@ def test_a_spent_monthly_budget_falls_back_to_rules_and_says_so(
     assert fake_chat.requests == []
     assert session.backend == "rules"
     assert session.status == SessionStatus.SUCCEEDED
-    assert "Fell back to rules" in session.note and "1000 of its 1000" in session.note
+    assert "Fell back to rules" in session.note and "60000 of its 100000" in session.note
+    assert "an analysis reserves 50000 (CRONICORN_LLM_SESSION_TOKENS)" in session.note
     endpoint.refresh_from_db()
     assert endpoint.ai_hint_interval_ms == 30_000  # the rules read "degraded": half the baseline
 
@@ -532,7 +545,7 @@ def test_tokens_spent_last_month_do_not_count(
     fake_chat: FakeChat, endpoint: Endpoint, now: datetime
 ) -> None:
     tenant = endpoint.job.tenant
-    tenant.monthly_token_budget = 1_000
+    tenant.monthly_token_budget = 50_000
     tenant.save(update_fields=["monthly_token_budget"])
     AnalysisSession.objects.create(
         endpoint=endpoint, backend="llm", started_at=now - timedelta(days=30), total_tokens=50_000
@@ -543,6 +556,130 @@ def test_tokens_spent_last_month_do_not_count(
 
     assert session.backend == "llm"
     assert len(fake_chat.requests) == 1
+
+
+def _budget(endpoint: Endpoint, tokens: int) -> None:
+    tenant = endpoint.job.tenant
+    tenant.monthly_token_budget = tokens
+    tenant.save(update_fields=["monthly_token_budget"])
+
+
+@pytest.mark.django_db(transaction=True)
+def test_concurrent_analyses_on_a_small_budget_spend_at_most_the_budget(
+    fake_chat: FakeChat, endpoint: Endpoint, make_endpoint: Any, now: datetime, settings: Any
+) -> None:
+    # Each analysis would spend 10 020 tokens: six at once, checked but not reserved,
+    # spent 60 120 of a 30 000 budget.
+    settings.CRONICORN_LLM_SESSION_TOKENS = 20_000
+    _budget(endpoint, 30_000)
+    endpoints = [endpoint] + [make_endpoint(name=f"e{n}") for n in range(5)]
+    submit = reply(
+        call("submit_analysis", {"reasoning": "ok", "confidence": "high"}), tokens=10_000
+    )
+    fake_chat.play(Reply(submit, delay=0.3))
+    barrier = threading.Barrier(len(endpoints))
+    sessions: list[AnalysisSession] = []
+
+    def analyse(target: Endpoint) -> None:
+        try:
+            barrier.wait(timeout=10)
+            sessions.append(analyze_endpoint(target, now=now))
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=analyse, args=(target,)) for target in endpoints]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+
+    assert len(sessions) == 6
+    assert tokens_spent_this_month(endpoint.job.tenant_id, now=now) <= 30_000
+    llm_sessions = [s for s in sessions if s.backend == "llm"]
+    assert llm_sessions and all(s.total_tokens == 10_020 for s in llm_sessions)
+    assert len(fake_chat.requests) == len(llm_sessions)
+    for fallback in (s for s in sessions if s.backend == "rules"):
+        assert "Fell back to rules" in fallback.note and "of its 30000" in fallback.note
+
+
+def test_a_session_sends_no_request_that_could_take_it_past_its_allowance(
+    fake_chat: FakeChat, endpoint: Endpoint, now: datetime, settings: Any
+) -> None:
+    settings.CRONICORN_LLM_SESSION_TOKENS = 20_000
+    fake_chat.play(reply(call("get_latest_response", {}), tokens=5_000))
+
+    session = analyze_endpoint(endpoint, now=now)
+
+    assert session.total_tokens <= 20_000
+    assert len(fake_chat.requests) == 3
+    # The last request that fits must submit; this model does not, so the session stops.
+    assert fake_chat.requests[-1]["tool_choice"]["function"]["name"] == "submit_analysis"
+    assert session.status == SessionStatus.FAILED
+    assert session.error.startswith(
+        "The analysis stopped at its token allowance: 15060 of 20000 tokens spent"
+    )
+
+
+def test_a_finished_session_releases_what_it_did_not_spend(
+    fake_chat: FakeChat, endpoint: Endpoint, make_endpoint: Any, now: datetime
+) -> None:
+    _budget(endpoint, 60_000)  # room for one 50 000-token reservation at a time
+    fake_chat.play(
+        reply(call("get_latest_response", {})),
+        Reply({"error": {"message": "upstream exploded"}}, status=500),
+    )
+
+    failed = analyze_endpoint(endpoint, now=now)
+    fake_chat.requests.clear()
+    fake_chat.play(SUBMIT)
+    after = analyze_endpoint(make_endpoint(name="after"), now=now)
+
+    assert failed.status == SessionStatus.FAILED and failed.reserved_tokens == 50_000
+    assert tokens_committed_this_month(endpoint.job.tenant_id, now=now) == 120 + 120
+    assert after.backend == "llm" and after.status == SessionStatus.SUCCEEDED
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_running_session_holds_its_reservation_and_records_its_spend_as_it_goes(
+    fake_chat: FakeChat, endpoint: Endpoint, now: datetime
+) -> None:
+    tenant_id = endpoint.job.tenant_id
+    gate = threading.Event()
+    fake_chat.play(reply(call("get_latest_response", {}), tokens=1_000), Reply(SUBMIT, gate=gate))
+    thread = threading.Thread(
+        target=lambda: (analyze_endpoint(endpoint, now=now), connection.close())
+    )
+    thread.start()
+    try:
+        deadline = time.monotonic() + 10
+        while len(fake_chat.requests) < 2 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        running = AnalysisSession.objects.get(endpoint=endpoint)
+        assert running.status == SessionStatus.RUNNING
+        assert running.total_tokens == 1_020  # the first reply, recorded before the second
+        assert tokens_committed_this_month(tenant_id, now=now) == 50_000
+    finally:
+        gate.set()
+        thread.join(timeout=30)
+    assert tokens_committed_this_month(tenant_id, now=now) == 1_020 + 120
+
+
+def test_the_reservation_of_a_process_that_died_lapses_with_its_lease(
+    endpoint: Endpoint, now: datetime
+) -> None:
+    # A session left running (its process died) with 300 tokens recorded.
+    AnalysisSession.objects.create(
+        endpoint=endpoint,
+        backend="llm",
+        started_at=now - timedelta(minutes=20),
+        total_tokens=300,
+        reserved_tokens=50_000,
+        reserved_until=now + timedelta(minutes=1),
+    )
+    tenant_id = endpoint.job.tenant_id
+
+    assert tokens_committed_this_month(tenant_id, now=now) == 50_000
+    assert tokens_committed_this_month(tenant_id, now=now + timedelta(minutes=1)) == 300
 
 
 # Concurrency.

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 import time_machine
+from django.utils import timezone
 from pytest_httpserver import HTTPServer
 from werkzeug import Request, Response
 
@@ -18,7 +19,7 @@ from endpoints.engine import claiming, running
 from endpoints.engine.executor import NetworkPolicy
 from endpoints.governor import MAX_PLANNABLE_MS
 from endpoints.models import Endpoint, HintHistory, HintKind, Run
-from planner.analysis import plan_cycle
+from planner.analysis import analyze_endpoint, plan_cycle
 from planner.backends.rules import (
     Observation,
     RulesInput,
@@ -30,6 +31,7 @@ from planner.backends.rules import (
     retry_after,
 )
 from planner.models import AnalysisSession
+from tests.planning import policy_job
 
 NOW = datetime(2026, 11, 22, 12, 0, tzinfo=UTC)
 MINUTE = 60_000
@@ -202,6 +204,48 @@ def test_a_rate_limit_pauses_until_retry_after_capped_at_an_hour() -> None:
     assert short.arguments["untilIso"] == (NOW + timedelta(seconds=90)).isoformat()
     assert long.arguments["untilIso"] == (NOW + timedelta(hours=1)).isoformat()
     assert "capped" in long.reasoning
+
+
+def test_a_rate_limit_is_left_to_a_run_policy_that_retries_it_within_its_slot() -> None:
+    retrying = "the run policy retries this failure within its slot (attempt 2 of 3)"
+    bare = _decide({}, code=503, policy_retry=retrying)
+    said = _decide({"retry_after": 90}, code=429, policy_retry=retrying)
+    spent = _decide({}, code=503)
+
+    assert bare.tool is None and said.tool is None
+    assert bare.reasoning == (
+        f"HTTP 503: {retrying}, as a person configured; the planner does not pause over it "
+        "(the retry waits for a Retry-After itself)."
+    )
+    # Retries spent (or none configured): the planner's own backoff.
+    assert spent.tool == "pause_until"
+    assert spent.arguments["untilIso"] == (NOW + timedelta(minutes=5)).isoformat()
+
+
+def test_a_503_without_retry_after_keeps_the_retry_the_person_configured(
+    make_endpoint: Callable[..., Endpoint], target: Any, loopback_allowed: None
+) -> None:
+    # The case: the rules paused the endpoint 5 minutes on a 503 without
+    # Retry-After, overriding the run policy's retry in 10 s.
+    target.reply("/flaky", status=503)
+    endpoint = make_endpoint(url=target.url("/flaky"), baseline_interval_ms=600_000)
+    policy_job(endpoint.job, retry_attempts=3, retry_delay_ms=10_000)
+    operations.run_now(endpoint, now=timezone.now())
+    [claim] = claiming.claim_due_endpoints(now=timezone.now(), limit=10, horizon_ms=0)
+    failed = running.execute_claim(claim)
+    failed.refresh_from_db()
+    endpoint.refresh_from_db()
+    retry_at = endpoint.next_run_at
+
+    session = analyze_endpoint(endpoint, now=timezone.now(), backend="rules")
+
+    endpoint.refresh_from_db()
+    assert failed.status_code == 503 and endpoint.retry_attempt == 2
+    assert retry_at == failed.finished_at + timedelta(seconds=10)
+    assert endpoint.paused_until is None
+    assert (endpoint.next_run_at, endpoint.next_run_source) == (retry_at, "retry")
+    assert "retries this failure within its slot (attempt 2 of 3)" in session.reasoning
+    assert not HintHistory.objects.filter(endpoint=endpoint).exists()
 
 
 def test_a_rate_limit_whose_wait_is_over_needs_no_pause() -> None:

@@ -20,6 +20,7 @@ from planner.tools import (
     parse_arguments,
     tool_definitions,
 )
+from tests.planning import policy_job
 
 # Validation (no database).
 
@@ -298,6 +299,26 @@ def test_pauses_are_bounded_to_a_day_and_null_resumes(
     assert resumed["ok"] and not endpoint.is_paused(now)
     kinds = list(HintHistory.objects.order_by("id").values_list("kind", flat=True))
     assert kinds == [HintKind.PAUSE, HintKind.RESUME]
+
+
+def test_no_pause_while_the_run_policy_retries_the_slot(
+    make_endpoint: Callable[..., Endpoint], tools_for: Any, now: datetime
+) -> None:
+    endpoint = make_endpoint(next_run_at=now + timedelta(seconds=10))
+    policy_job(endpoint.job, retry_attempts=3)
+    Endpoint.objects.filter(pk=endpoint.pk).update(retry_attempt=2)
+    endpoint.refresh_from_db()
+
+    refused = tools_for(endpoint).call(
+        "pause_until", {"untilIso": (now + timedelta(minutes=5)).isoformat()}
+    )
+
+    assert refused["error"].startswith(
+        "pause_until: the run policy retries this failure within its slot (attempt 2 of 3), "
+        "as a person configured, and a pause would end those retries"
+    )
+    endpoint.refresh_from_db()
+    assert endpoint.paused_until is None and not HintHistory.objects.exists()
 
 
 def test_clear_hints_drops_the_active_hint(

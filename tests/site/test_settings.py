@@ -71,6 +71,15 @@ def test_env_int_refuses_a_value_below_its_minimum(monkeypatch: pytest.MonkeyPat
     assert env_int(VAR, 1000, minimum=1) == 1
 
 
+def test_env_int_refuses_a_value_above_its_maximum(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(VAR, "10000001")
+    with pytest.raises(ImproperlyConfigured) as caught:
+        env_int(VAR, 50_000, maximum=10_000_000)
+    assert str(caught.value) == f"{VAR}=10000001 is too large; it must be at most 10000000."
+    monkeypatch.setenv(VAR, "10000000")
+    assert env_int(VAR, 50_000, maximum=10_000_000) == 10_000_000
+
+
 @pytest.mark.parametrize(
     ("raw", "message"),
     [
