@@ -18,7 +18,6 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from endpoints import operations
-from endpoints.engine.outcomes import run_policy_of
 from endpoints.models import Endpoint, Run, RunStatus, Source
 from endpoints.wording import count_words
 from planner.models import AnalysisSession
@@ -470,7 +469,7 @@ def policy_retry_words(endpoint: Endpoint) -> str:
     slot (a retry planned or in flight, attempts left), in words; "" otherwise. What a
     person configured wins over the planner's guesses: the planner never pauses then."""
     attempt = endpoint.retry_attempt
-    attempts = run_policy_of(endpoint).retry_attempts
+    attempts = endpoint.policy.retry_attempts
     if attempt < 2 or attempt > attempts:
         return ""
     return f"the run policy retries this failure within its slot (attempt {attempt} of {attempts})"
