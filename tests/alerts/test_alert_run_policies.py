@@ -107,9 +107,7 @@ def test_a_breaker_without_a_cool_down_is_said_to_be_paused_until_resumed(
         run_now(Endpoint.objects.get(pk=endpoint.pk), now=timezone.now())
 
 
-def test_a_person_whose_pause_reason_reads_like_the_breakers_is_a_persons_pause(
-    job, make_endpoint
-):
+def test_a_person_whose_pause_reason_reads_like_the_breakers_is_a_persons_pause(job, make_endpoint):
     """Who paused is stored (``pause_source``), not read from the words: a person may
     write anything as the reason (issue 32: alerts told the breaker by a text prefix)."""
     endpoint = make_endpoint()
