@@ -345,7 +345,7 @@ def test_endpoint(endpoint: Endpoint, *, now: datetime | None = None) -> Run:
     tenant = endpoint.job.tenant
     result, _kind = judged(
         perform_request(
-            request_for(endpoint, tenant.hmac_secret, tenant.previous_secret(timezone.now()))
+            request_for(endpoint, tenant.hmac_secret, tenant.previous_secret(timezone.now()), run)
         ),
         endpoint.policy,
     )

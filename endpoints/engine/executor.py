@@ -19,10 +19,14 @@ Guarantees (DESIGN.md, "HTTP executor"; Traps 10 and 11):
 - **Never raises** for anything the remote side does: every problem becomes a failed or
   timed-out `HttpResult` whose `error` says what happened.
 
-Receivers verify HMAC-signed requests by computing
+Every request of a run says which slot it is (``SLOT_HEADERS``: the slot's scheduled
+time, the run's id, the attempt, the trigger), so a target can make its work idempotent
+per slot. Receivers verify HMAC-signed requests by computing
 `hex(HMAC-SHA256(secret, timestamp + "." + raw_body))` where `timestamp` is the
 `X-Cronicorn-Timestamp` header (Unix seconds) and comparing it with
-`X-Cronicorn-Signature`.
+`X-Cronicorn-Signature`; `X-Cronicorn-Slot-Signature` signs the slot's headers too:
+`timestamp + "." + scheduled_for + "." + run_id + "." + attempt + "." + trigger + "." +
+raw_body` (README, "Slot identity").
 
 Requests run on one asyncio event loop per process, on its own thread, with aiohttp:
 an HTTP request costs a fraction of the CPU it cost on a pool of threads
@@ -98,6 +102,17 @@ class HttpRequest:
     hmac_previous_secret: str = ""  # during a rotation's grace: a second signature
     # Declared secret headers: with those that look secret, never sent to another origin.
     secret_header_names: tuple[str, ...] = ()
+    # The run's slot, sent as SLOT_HEADERS (in their order) and signed with the body.
+    slot: tuple[str, str, str, str] | None = None  # scheduled for, run id, attempt, trigger
+
+
+# The slot identity headers, in the order X-Cronicorn-Slot-Signature signs them.
+SLOT_HEADERS = (
+    "X-Cronicorn-Scheduled-For",
+    "X-Cronicorn-Run-Id",
+    "X-Cronicorn-Attempt",
+    "X-Cronicorn-Trigger",
+)
 
 
 # The response headers a Run keeps: what a planner can act on (a rate limit's wait and
@@ -584,22 +599,41 @@ def _hop_headers(
         credentials = f"{url.username}:{url.password}".encode()
         defaults["Authorization"] = "Basic " + base64.b64encode(credentials).decode()
     headers.update({k: v for k, v in defaults.items() if k.lower() not in given})
+    if request.slot is not None:  # ours, whatever the endpoint's own headers say
+        for name in SLOT_HEADERS:
+            headers.pop(next((key for key in headers if key.lower() == name.lower()), ""), None)
+        headers.update(zip(SLOT_HEADERS, request.slot, strict=True))
     if request.hmac_secret and not foreign:
         secrets = (request.hmac_secret, request.hmac_previous_secret)
-        headers.update(_signature_headers(secrets, timestamp, body or b""))
+        headers.update(_signature_headers(secrets, timestamp, body or b"", request.slot))
     return headers  # aiohttp adds Host and Content-Length
 
 
-def _signature_headers(secrets: Sequence[str], timestamp: str, body: bytes) -> dict[str, str]:
+def _signature_headers(
+    secrets: Sequence[str],
+    timestamp: str,
+    body: bytes,
+    slot: tuple[str, ...] | None = None,
+) -> dict[str, str]:
     """One HMAC-SHA256 per secret, comma-separated, the current secret's first: during a
-    rotation's grace period receivers holding either secret find their signature."""
-    message = timestamp.encode() + b"." + body
-    signatures = [
-        hmac.new(secret.encode(), message, hashlib.sha256).hexdigest()
-        for secret in secrets
-        if secret
-    ]
-    return {"X-Cronicorn-Timestamp": timestamp, "X-Cronicorn-Signature": ",".join(signatures)}
+    rotation's grace period receivers holding either secret find their signature. With a
+    slot, a second signature covers its headers too."""
+
+    def signed(message: bytes) -> str:
+        return ",".join(
+            hmac.new(secret.encode(), message, hashlib.sha256).hexdigest()
+            for secret in secrets
+            if secret
+        )
+
+    headers = {
+        "X-Cronicorn-Timestamp": timestamp,
+        "X-Cronicorn-Signature": signed(timestamp.encode() + b"." + body),
+    }
+    if slot is not None:
+        identity = ".".join((timestamp, *slot)).encode()
+        headers["X-Cronicorn-Slot-Signature"] = signed(identity + b"." + body)
+    return headers
 
 
 def _redirect_location(response: aiohttp.ClientResponse) -> str | None:

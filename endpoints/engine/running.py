@@ -176,7 +176,7 @@ class Started:
 
     def _request(self) -> HttpRequest:
         return request_for(
-            self.endpoint, self.endpoint.hmac_secret, self.endpoint.hmac_secret_previous
+            self.endpoint, self.endpoint.hmac_secret, self.endpoint.hmac_secret_previous, self.run
         )
 
     def _log_context(self) -> AbstractContextManager[None]:
@@ -667,8 +667,10 @@ def judged(result: HttpResult, policy: policies.RunPolicy) -> tuple[HttpResult, 
 
 
 def request_for(
-    endpoint: ClaimedEndpoint | Endpoint, hmac_secret: str, hmac_previous: str = ""
+    endpoint: ClaimedEndpoint | Endpoint, hmac_secret: str, hmac_previous: str, run: Run
 ) -> HttpRequest:
+    """The request of ``run`` of the endpoint, signed with the tenant's secrets, saying
+    which slot it is (``executor.SLOT_HEADERS``)."""
     return HttpRequest(
         url=endpoint.url,
         method=endpoint.method,
@@ -679,7 +681,26 @@ def request_for(
         hmac_secret=hmac_secret,
         hmac_previous_secret=hmac_previous,
         secret_header_names=tuple(endpoint.secret_header_names or ()),
+        slot=slot_identity(run),
     )
+
+
+def slot_identity(run: Run) -> tuple[str, str, str, str]:
+    """What the target is told of the run's slot: its scheduled time (ISO 8601 UTC to the
+    millisecond; a retry's is its slot's first attempt's, so all attempts of a slot share
+    it), the run's id, the attempt, the trigger."""
+    slot, first = run.scheduled_for, run.retry_of_id
+    # A retry links to the slot's first run, or (a lost lease's) to the attempt before,
+    # itself linked to the first: a few primary-key reads, on the retry path alone.
+    for _ in range(MAX_SLOT_ATTEMPTS):
+        if first is None:
+            break
+        found = Run.objects.filter(pk=first).values_list("scheduled_for", "retry_of_id").first()
+        if found is None:  # pruned by retention: the retry's own time is what is left
+            break
+        slot, first = found
+    scheduled = slot.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    return scheduled, str(run.pk), str(run.attempt or 1), run.trigger
 
 
 def _finish_values(outcome: Outcome) -> dict[str, Any]:
