@@ -121,7 +121,7 @@ def worst_windows(count: int, free: datetime, days: int) -> dict[str, Any]:
     minute of ``free`` (UTC) on its weekday. Allowed windows spread over the day, each
     inside a blackout of the same span, so that planning hops from window to window
     through the whole week; every window lists ``days`` days (all, or all but one)."""
-    from endpoints.policies import DAYS
+    from endpoints.windows import DAYS
 
     minute, weekday = free.hour * 60 + free.minute, free.weekday()
     every = [DAYS[i % len(DAYS)] for i in range(days)]
@@ -151,6 +151,7 @@ def largest_policy(free: datetime) -> dict[str, Any]:
     key, the windows, the expected statuses and the texts each at the largest size the
     validation accepts beside what is already chosen (a total bound shrinks the later)."""
     from endpoints import policies
+    from endpoints import windows as week
 
     policy: dict[str, Any] = {
         "retry_attempts": policies.MAX_ATTEMPTS,
@@ -167,7 +168,7 @@ def largest_policy(free: datetime) -> dict[str, Any]:
         "active_from": "2000-01-01T00:00:00+00:00",
         "active_until": "9000-12-31T00:00:00+00:00",
     }
-    days = getattr(policies, "MAX_DAYS", len(policies.DAYS))
+    days = len(week.DAYS)  # each day at most once in a window
 
     def windows(n: int) -> dict[str, Any]:
         return worst_windows(n, free, days)
@@ -175,9 +176,9 @@ def largest_policy(free: datetime) -> dict[str, Any]:
     # Codes and classes the slow target's 503 is not one of: every attempt fails.
     statuses: list[int | str] = [c for c in range(100, 600) if c != 503]
     statuses += ["1xx", "2xx", "3xx", "4xx"]
-    text = getattr(policies, "MAX_TEXT", 10_000)
+    text = policies.MAX_TEXT
     growing: list[tuple[Callable[[int], dict[str, Any]], int, int]] = [
-        (windows, 1, policies.MAX_WINDOWS),
+        (windows, 1, week.MAX_WINDOWS),
         (lambda n: {"expected_status": statuses[:n]}, 1, len(statuses)),
         (lambda n: {"body_contains": "x" * n}, 0, text),
         # A path of many steps ("a.a.a..."): the longest walk through the body.
