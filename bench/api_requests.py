@@ -1,6 +1,8 @@
 """Requests/s and latency of the REST API under gunicorn (2 sync workers, the
-production entry point) for three calls: GET one endpoint, list a page of 100 among
-100 000 endpoints (at random cursors), and POST run-now.
+production entry point) for four calls: GET one endpoint, list a page of 100 among
+100 000 endpoints (at random cursors), POST run-now, and the preview of 100 runs of an
+endpoint whose run policy leaves one free minute a week (the worst windows a policy may
+have; issue 32: 7-16 s of server CPU when planning searched the windows).
 
 Each scenario runs ``--clients`` keep-alive client threads for ``--seconds`` (after a
 2 s warm-up) against a fresh database ``cc_bench_api``; the clients share the machine
@@ -38,6 +40,13 @@ from bench._common import (
 from bench._scenario import Processes, free_port
 
 DATABASE = pg_url("cc_bench_api")
+# Blacked out all week but Wednesday 23:59-00:00.
+WORST_WINDOWS = {
+    "blackout": [
+        {"start": "00:00", "end": "23:59"},
+        {"start": "23:59", "end": "00:00", "days": ["mon", "tue", "thu", "fri", "sat", "sun"]},
+    ]
+}
 
 
 def populate(n: int) -> tuple[str, list[int], int]:
@@ -64,6 +73,7 @@ def populate(n: int) -> tuple[str, list[int], int]:
     raw = key.issue()
     key.save()
     ids = list(Endpoint.objects.filter(job=job).values_list("pk", flat=True))
+    Endpoint.objects.filter(pk=ids[0]).update(run_policy=WORST_WINDOWS)
     with connection.cursor() as cursor:
         cursor.execute("ANALYZE")  # as autovacuum would have, long before a real request
     return raw, ids, job.pk
@@ -136,6 +146,9 @@ def main() -> None:
             "/endpoints", params={"limit": 100, "cursor": _encode(random.choice(ids[:-200]), 0)}
         ),
         "POST run-now": lambda http: http.post(f"/endpoints/{random.choice(ids)}/run"),
+        "preview 100, worst windows": lambda http: http.get(
+            f"/endpoints/{ids[0]}/preview", params={"count": 100}
+        ),
     }
     results: dict[str, Any] = {
         "endpoints": args.endpoints,
