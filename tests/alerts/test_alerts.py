@@ -30,6 +30,7 @@ from notifications.models import (
     Delivery,
     DeliveryStatus,
 )
+from tests.e2e.readme import recipe
 
 # Transactional: each channel sends in its own thread, on its own database connection.
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("quick_alerts")]
@@ -229,12 +230,9 @@ def test_the_webhook_signature_verifies_with_the_documented_recipe(
 
     # The recipe as README.md ("Alerts") shows it, run as written there.
     readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
-    recipe = readme.split("```python\n")[1].split("```")[0]
-    assert "def verify(" in recipe
-    namespace: dict[str, Any] = {}
-    exec(recipe, namespace)
-    assert namespace["verify"](b"tenant-hmac-secret-123", hit.headers, hit.body) is True
-    assert namespace["verify"](b"another-secret", hit.headers, hit.body) is False
+    verify = recipe(readme, "verify.py", "verify")
+    assert verify(b"tenant-hmac-secret-123", hit.headers, hit.body) is True
+    assert verify(b"another-secret", hit.headers, hit.body) is False
     assert hit.headers["Content-Type"].startswith("application/json")
 
 

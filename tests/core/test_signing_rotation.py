@@ -20,6 +20,7 @@ from endpoints.engine.maintenance import end_signing_grace
 from endpoints.engine.running import execute_claim
 from endpoints.models import Endpoint, Slot, Source, Tenant
 from endpoints.operations import rotate_signing_secret, test_endpoint
+from tests.e2e.readme import recipe
 from tests.world import make_key
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("loopback_allowed")]
@@ -30,10 +31,7 @@ OLD = "the-old-secret"
 def verify() -> Any:
     """The README's recipe, run as written there."""
     readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
-    recipe = readme.split("```python\n")[1].split("```")[0]
-    namespace: dict[str, Any] = {}
-    exec(recipe, namespace)
-    return namespace["verify"]
+    return recipe(readme, "verify.py", "verify")
 
 
 @pytest.fixture

@@ -27,6 +27,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 FENCE = re.compile(r"^(\s*)```(\S*)\s*$")
 MARKER = re.compile(r"^\s*<!--\s*readme:\s*(?P<kind>[a-z-]+)(?::?\s*(?P<arg>.*?))?\s*-->\s*$")
@@ -79,6 +80,21 @@ def _marker(lines: list[str], fence: int) -> tuple[str, str]:
     if match is None:
         return "", ""
     return match["kind"], match["arg"] or ""
+
+
+def saved_file(readme: str, name: str) -> Block:
+    """The block the README asks a person to save as ``name`` (``<!-- readme: file NAME
+    -->``): one, or the README lost it."""
+    [block] = [b for b in blocks(readme) if (b.kind, b.arg) == ("file", name)]
+    return block
+
+
+def recipe(readme: str, name: str, function: str) -> Any:
+    """``function`` as the README's file ``name`` defines it, run as written there."""
+    block = saved_file(readme, name)
+    namespace: dict[str, Any] = {}
+    exec(compile(block.text, block.where, "exec"), namespace)
+    return namespace[function]
 
 
 def unmarked(found: list[Block]) -> list[str]:

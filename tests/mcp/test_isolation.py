@@ -30,9 +30,10 @@ from tests.world import ApiWorld, make_key
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
 
-def slow_endpoint(world: ApiWorld, target: TargetServer, path: str) -> Endpoint:
+def slow_endpoint(world: ApiWorld, target: TargetServer, path: str, name: str = "") -> Endpoint:
     """Tenant A's endpoint at ``path`` of the target (the test sets how it answers)."""
-    return world.world.add_endpoint(world.a.job, f"slow-{path.strip('/')}", url=target.url(path))
+    name = name or f"slow-{path.strip('/')}"
+    return world.world.add_endpoint(world.a.job, name, url=target.url(path))
 
 
 async def reached(target: TargetServer, path: str, count: int) -> None:
@@ -106,10 +107,13 @@ def test_calls_are_bounded_per_key_and_per_process_refused_in_words_and_close_co
 ) -> None:
     release = threading.Event()
     target.reply("/held", hold=release)
-    endpoint = slow_endpoint(api_world, target, "/held")
+    # One endpoint per call: a second manual call of an endpoint within its tenant's floor
+    # is refused before it reaches any thread.
+    held = [
+        {"endpoint_id": slow_endpoint(api_world, target, "/held", f"held-{n}").pk} for n in range(3)
+    ]
     a_other_key = make_key(api_world.a.tenant)
     b_key = make_key(api_world.b.tenant)
-    held = {"endpoint_id": endpoint.pk}
 
     async def scenario() -> dict[str, Any]:
         seen: dict[str, Any] = {}
@@ -119,12 +123,12 @@ def test_calls_are_bounded_per_key_and_per_process_refused_in_words_and_close_co
             http_client(bounded_mcp, b_key) as b,
         ):
             # A's key runs its two calls, both held at the target.
-            running = [asyncio.create_task(a.call_tool("test_endpoint", held)) for _ in range(2)]
+            running = [asyncio.create_task(a.call_tool("test_endpoint", held[n])) for n in (0, 1)]
             await reached(target, "/held", 2)
             seen["a_third"] = await a.call_tool("list_jobs", {})
             seen["b_beside_a"] = await b.call_tool("list_jobs", {})
             # A's other key takes the process's last thread.
-            running.append(asyncio.create_task(a_other.call_tool("test_endpoint", held)))
+            running.append(asyncio.create_task(a_other.call_tool("test_endpoint", held[2])))
             await reached(target, "/held", 3)
             seen["b_no_thread"] = await b.call_tool("list_jobs", {})
             release.set()

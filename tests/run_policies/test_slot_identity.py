@@ -14,7 +14,7 @@ from django.utils import timezone
 
 from endpoints.models import RunStatus
 from endpoints.operations import test_endpoint
-from tests.e2e.readme import blocks
+from tests.e2e.readme import recipe
 from tests.planning import DAY_MS, finished, policy_job, runs, tick_until
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("loopback_allowed")]
@@ -23,12 +23,7 @@ README = Path(__file__).resolve().parents[2] / "README.md"
 
 def readme_verify_slot() -> Any:
     """``verify_slot`` as the README gives it to people."""
-    [block] = [
-        b for b in blocks(README.read_text()) if (b.kind, b.arg) == ("file", "verify_slot.py")
-    ]
-    namespace: dict[str, Any] = {}
-    exec(compile(block.text, block.where, "exec"), namespace)
-    return namespace["verify_slot"]
+    return recipe(README.read_text(), "verify_slot.py", "verify_slot")
 
 
 def stamp(at: Any) -> str:
