@@ -29,11 +29,10 @@ if [ -n "${CRONICORN_PYTHON:-}" ]; then
   VENV=".venv-$("$interpreter" -c 'import sys; print("%d.%d" % sys.version_info[:2])')"
   PYTHON_CHOICE=(--python "$interpreter")
 fi
-export UV_PROJECT_ENVIRONMENT=$VENV
 echo "==> installing locked dependencies into $VENV"
 # Compiled once here: where PYTHONDONTWRITEBYTECODE is set (this machine, the Dockerfile)
 # nothing else writes .pyc files, and every process the tests start (Celery workers,
 # beat, manage.py) compiled Django, Celery and the rest again: ~5 s of CPU per start
 # instead of ~2 s, enough for a restarted worker to miss a fault case's recovery window.
-uv sync --frozen --quiet --compile-bytecode "${PYTHON_CHOICE[@]}"
+UV_PROJECT_ENVIRONMENT=$VENV uv sync --frozen --quiet --compile-bytecode "${PYTHON_CHOICE[@]}"
 PY=$VENV/bin/python
