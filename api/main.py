@@ -36,6 +36,7 @@ from api.routers import (
     tenants,
 )
 from endpoints.operations import OperationRefused
+from endpoints.version import cronicorn_version
 
 logger = logging.getLogger("cronicorn.api")
 
@@ -69,7 +70,7 @@ class CronicornAPI(NinjaAPI):
 
 api = CronicornAPI(
     title="Cronicorn API",
-    version="1",
+    version=cronicorn_version(),
     auth=[ApiKeyAuth(), AdminSessionAuth()],
     throttle=[KeyRateThrottle()],
     urls_namespace="api",

@@ -28,8 +28,6 @@ import logging
 from collections import Counter
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from importlib.metadata import PackageNotFoundError
-from importlib.metadata import version as package_version
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -51,6 +49,7 @@ from api.models import hash_key
 from api.operations import OPERATIONS, Operation, invoke
 from api.parameters import parameter_field
 from api.schemas import Problem
+from endpoints.version import cronicorn_version
 
 logger = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -84,13 +83,6 @@ TOPICS = {
 TOPICS_DIR = Path(__file__).resolve().parent.parent / "docs" / "mcp"
 
 
-def server_version() -> str:
-    try:
-        return package_version("cronicorn")
-    except PackageNotFoundError:  # run from a checkout without installing the project
-        return "0.1.0"
-
-
 def build_server(*, stdio_key: str | None = None) -> MCPServer:
     calls = ToolCalls()
     tools = [operation_tool(op, calls, stdio_key) for op in OPERATIONS]
@@ -98,7 +90,7 @@ def build_server(*, stdio_key: str | None = None) -> MCPServer:
         name="cronicorn",
         title="Cronicorn",
         instructions=INSTRUCTIONS,
-        version=server_version(),
+        version=cronicorn_version(),
         tools=tools,  # type: ignore[arg-type]
     )
     for name, description in TOPICS.items():

@@ -9,13 +9,14 @@ notify cycle is driven directly (as runscheduler's loop calls it) with short set
 
 from __future__ import annotations
 
+import io
 import itertools
 import json
 import time
 from datetime import timedelta
 
 import pytest
-from django.core.management import call_command
+from django.core.management import CommandError, call_command
 from django.db import transaction
 from django.utils import timezone
 
@@ -65,6 +66,34 @@ def test_test_channel_sends_exactly_one_message_per_call_while_the_notify_loop_r
     assert len(target.hits("/chat")) == 10
     assert Delivery.objects.filter(status=DeliveryStatus.SENT).count() == 30
     assert all(d.attempts == 1 for d in Delivery.objects.all())
+
+
+def test_test_channel_json_gives_the_outcome_and_a_failure_still_exits_non_zero(
+    tenant, target, quick
+):
+    hook = Channel.objects.create(
+        tenant=tenant, name="hook", kind=ChannelKind.WEBHOOK, target=target.url("/hook")
+    )
+    target.reply("/down", status=500)
+    down = Channel.objects.create(
+        tenant=tenant, name="down", kind=ChannelKind.WEBHOOK, target=target.url("/down")
+    )
+    out = io.StringIO()
+    call_command("test_channel", "Acme/hook", "--json", stdout=out)
+    failed = io.StringIO()
+    with pytest.raises(CommandError, match="the test message failed"):
+        call_command("test_channel", "Acme/down", "--json", stdout=failed)
+
+    sent, refused = json.loads(out.getvalue()), json.loads(failed.getvalue())
+    assert (sent["channel_id"], sent["kind"], sent["status"], sent["error"]) == (
+        hook.pk,
+        "webhook",
+        "sent",
+        "",
+    )
+    assert (refused["channel_id"], refused["status"]) == (down.pk, "failed")
+    assert "500" in refused["error"]
+    assert Delivery.objects.get(pk=sent["delivery_id"]).status == DeliveryStatus.SENT
 
 
 def test_a_test_message_to_a_channel_that_never_answers_fails_once_within_its_timeout(

@@ -437,7 +437,22 @@ def test_cleanup_runs_defaults_to_the_retention_setting(api: Endpoint, settings:
     assert sorted((NOW - run.started_at).days for run in Run.objects.all()) == [1, 20]
 
 
-# --- Every command: help and errors ---------------------------------------------------
+def test_cleanup_runs_json_says_how_many_were_deleted_and_the_cutoff(
+    api: Endpoint, settings: Any
+) -> None:
+    settings.CRONICORN_RUN_RETENTION_KEEP = 1
+    for days in (1, 5, 9):
+        started = NOW - timedelta(days=days)
+        Run.objects.create(
+            endpoint=api, scheduled_for=started, started_at=started, status="success"
+        )
+
+    shown = json.loads(run("cleanup_runs", "--older-than", "2d", "--json"))
+
+    assert shown == {"deleted": 2, "started_before": "2026-11-20T12:00:00+00:00"}
+
+
+# --- Every command: help, errors and JSON ----------------------------------------------
 
 OURS = [
     "archive",
@@ -458,6 +473,19 @@ OURS = [
     "tick",
     "trigger",
 ]
+# Those that list or show something; the rest act and print one line about it.
+SHOWING = [
+    "cleanup_runs",
+    "endpoints",
+    "explain",
+    "import_endpoints",
+    "plan",
+    "runs",
+    "scheduler_status",
+    "test_channel",
+    "test_endpoint",
+    "tick",
+]
 DJANGO_OPTIONS = {
     "help", "version", "verbosity", "settings", "pythonpath", "traceback",
     "no_color", "force_color", "skip_checks",
@@ -473,6 +501,15 @@ def test_every_command_has_help_for_itself_and_each_of_its_arguments(name: str) 
     for action in parser._actions:
         if action.dest not in DJANGO_OPTIONS:
             assert action.help, f"{name}: {action.dest} has no help"
+
+
+@pytest.mark.parametrize("name", SHOWING)
+def test_every_command_that_lists_or_shows_takes_json(name: str) -> None:
+    command = load_command_class(get_commands()[name], name)
+    options = {
+        o for a in command.create_parser("manage.py", name)._actions for o in a.option_strings
+    }
+    assert "--json" in options
 
 
 @pytest.mark.parametrize(

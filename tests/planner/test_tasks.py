@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable, Iterator
 from datetime import datetime, timedelta
@@ -82,6 +83,28 @@ def test_plan_prints_the_session(make_endpoint: Callable[..., Endpoint], now: da
     assert "status is 'degraded'" in text
     assert "propose_interval(" in text and "-> ok" in text
     assert "submit_analysis(" in text
+
+
+def test_plan_json_gives_the_session_for_scripts(
+    make_endpoint: Callable[..., Endpoint], now: datetime
+) -> None:
+    endpoint = make_endpoint(name="api")
+    _run(endpoint, now, {"status": "degraded"})
+    out = StringIO()
+
+    call_command("plan", "ops/api", "--backend", "rules", "--json", stdout=out)
+
+    shown = json.loads(out.getvalue())
+    session = AnalysisSession.objects.get(endpoint=endpoint)
+    assert (shown["id"], shown["endpoint"], shown["endpoint_id"]) == (
+        session.pk,
+        "ops/api",
+        endpoint.pk,
+    )
+    assert (shown["backend"], shown["status"]) == ("rules", "succeeded")
+    assert "status is 'degraded'" in shown["reasoning"]
+    assert [call["tool"] for call in shown["tool_calls"]][-1] == "submit_analysis"
+    assert shown["actions_taken"] == session.actions_taken
 
 
 def test_plan_names_an_unknown_endpoint(db: None) -> None:

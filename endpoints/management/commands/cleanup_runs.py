@@ -10,7 +10,7 @@ from django.core.management.base import BaseCommand, CommandParser
 from django.utils import timezone
 
 from endpoints.engine.maintenance import prune_runs
-from endpoints.management.commands._shared import parse_duration
+from endpoints.management.commands._shared import iso, parse_duration, to_json
 from endpoints.wording import count_words
 
 
@@ -27,6 +27,9 @@ class Command(BaseCommand):
             metavar="DURATION",
             help=f"e.g. 30d, 12h (default {settings.CRONICORN_RUN_RETENTION_DAYS}d).",
         )
+        parser.add_argument(
+            "--json", action="store_true", help="How many were deleted and the cutoff, as JSON."
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         now = timezone.now()
@@ -40,6 +43,9 @@ class Command(BaseCommand):
         # moves that cutoff to ``now - older_than`` without a second copy of the rules.
         deleted = prune_runs(now=now - older_than + retention, exact=True)
         cutoff = now - older_than
+        if options["json"]:
+            self.stdout.write(to_json({"deleted": deleted, "started_before": iso(cutoff)}))
+            return
         self.stdout.write(
             f"Deleted {count_words(deleted, 'run')} that started before "
             f"{cutoff:%Y-%m-%d %H:%M} UTC."

@@ -13,6 +13,7 @@ from django.utils import timezone
 
 from endpoints.config_io.documents import ConfigError
 from endpoints.config_io.importing import Change, ImportPlan, import_config
+from endpoints.management.commands._shared import to_json
 
 SYMBOLS = {"created": "+", "updated": "~", "unchanged": "=", "archived": "-"}
 
@@ -48,6 +49,12 @@ class Command(BaseCommand):
             help="Archive the endpoints of the jobs in the file that the file no longer "
             "lists (their run history is kept).",
         )
+        parser.add_argument(
+            "--json",
+            action="store_true",
+            help="The changes (each field's old and new value), counts and warnings as "
+            "JSON, for scripts; problems still go to stderr with a non-zero exit.",
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         path = options["file"]
@@ -69,6 +76,9 @@ class Command(BaseCommand):
             raise CommandError(
                 f"{path}: {count} {noun}, so nothing was written; fix and import again:\n{listing}"
             ) from None
+        if options["json"]:
+            self.stdout.write(to_json(as_json(plan, dry_run=options["dry_run"])))
+            return
         for warning in plan.warnings:
             self.stderr.write(f"warning: {warning}")
         if options["verbosity"] >= 1:
@@ -96,6 +106,24 @@ def render_change(change: Change) -> str:
     head = f"{SYMBOLS[change.action]} {change.kind} {change.label}: {change.action}"
     lines = [head] + [f"    {f.name}: {f.old} -> {f.new}" for f in change.fields]
     return "\n".join(lines)
+
+
+def as_json(plan: ImportPlan, *, dry_run: bool) -> dict[str, Any]:
+    actions = ("created", "updated", "archived", "unchanged")
+    return {
+        "dry_run": dry_run,
+        "counts": {action: plan.count(action) for action in actions},
+        "changes": [
+            {
+                "kind": change.kind,
+                "name": change.label,
+                "action": change.action,
+                "fields": [{"name": f.name, "old": f.old, "new": f.new} for f in change.fields],
+            }
+            for change in plan.changes
+        ],
+        "warnings": plan.warnings,
+    }
 
 
 def summary(plan: ImportPlan, *, dry_run: bool) -> str:

@@ -7,8 +7,9 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.utils import timezone
 
+from endpoints.management.commands._shared import to_json
 from notifications.delivery import send_test_message
-from notifications.models import Channel, DeliveryStatus
+from notifications.models import Channel, Delivery, DeliveryStatus
 from notifications.transports import masked_target
 
 
@@ -23,14 +24,34 @@ class Command(BaseCommand):
         parser.add_argument(
             "channel", metavar="CHANNEL", help="The channel, as tenant/name, name or id."
         )
+        parser.add_argument(
+            "--json",
+            action="store_true",
+            help="The outcome as JSON, for scripts (a failed message still exits non-zero).",
+        )
 
     def handle(self, *args: Any, channel: str, **options: Any) -> None:
         found = find_channel(channel)
         delivery = send_test_message(found, now=timezone.now())
         where = f"{found} ({found.kind} {masked_target(found)})"
+        if options["json"]:
+            self.stdout.write(to_json(as_json(found, delivery)))
+        elif delivery.status == DeliveryStatus.SENT:
+            self.stdout.write(f"{where}: test message sent.")
         if delivery.status != DeliveryStatus.SENT:
             raise CommandError(f"{where}: the test message failed: {delivery.last_error}")
-        self.stdout.write(f"{where}: test message sent.")
+
+
+def as_json(channel: Channel, delivery: Delivery) -> dict[str, Any]:
+    return {
+        "channel": str(channel),
+        "channel_id": channel.pk,
+        "kind": channel.kind,
+        "target": masked_target(channel),
+        "delivery_id": delivery.pk,
+        "status": delivery.status,
+        "error": delivery.last_error,
+    }
 
 
 def find_channel(ref: str) -> Channel:

@@ -7,6 +7,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
+from endpoints.management.commands._shared import iso, to_json
 from endpoints.models import Endpoint
 from planner.analysis import AnalysisBusy, analyze_endpoint
 from planner.models import AnalysisSession, Backend, SessionStatus
@@ -22,6 +23,11 @@ class Command(BaseCommand):
             choices=Backend.values,
             help="Planner backend (default: CRONICORN_PLANNER_BACKEND).",
         )
+        parser.add_argument(
+            "--json",
+            action="store_true",
+            help="The session as JSON, for scripts (a failed analysis still exits non-zero).",
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         try:
@@ -32,9 +38,36 @@ class Command(BaseCommand):
             session = analyze_endpoint(endpoint, backend=options["backend"])
         except AnalysisBusy as exc:
             raise CommandError(str(exc)) from None
-        self.stdout.write(format_session(session))
+        show = as_json if options["json"] else format_session
+        self.stdout.write(show(session))
         if session.status == SessionStatus.FAILED:
             raise CommandError(f"The analysis failed: {session.error}")
+
+
+def as_json(session: AnalysisSession) -> str:
+    return to_json(
+        {
+            "id": session.pk,
+            "endpoint": session.endpoint.ref,
+            "endpoint_id": session.endpoint_id,
+            "backend": session.backend,
+            "model": session.model,
+            "status": session.status,
+            "started_at": iso(session.started_at),
+            "finished_at": iso(session.finished_at),
+            "duration_ms": session.duration_ms,
+            "prompt_tokens": session.prompt_tokens,
+            "completion_tokens": session.completion_tokens,
+            "total_tokens": session.total_tokens,
+            "note": session.note,
+            "error": session.error,
+            "reasoning": session.reasoning,
+            "actions_taken": session.actions_taken,
+            "confidence": session.confidence,
+            "next_analysis_at": iso(session.next_analysis_at),
+            "tool_calls": session.tool_calls,
+        }
+    )
 
 
 def format_session(session: AnalysisSession) -> str:
