@@ -47,6 +47,7 @@ from __future__ import annotations
 import json
 import logging
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, fields, replace
 from datetime import UTC, datetime
 from typing import Any
@@ -344,9 +345,15 @@ def stored_policy(
         version = json.dumps(both, sort_keys=True, default=str)
         if len(version) > 2 * MAX_POLICY_BYTES:  # never parsed, nor kept as a key
             return replace(DEFAULT, problem=f"it is over {MAX_POLICY_BYTES} bytes of JSON")
+    return policy_of_version(version, lambda: (job_policy, endpoint_policy))
+
+
+def policy_of_version(version: str, stored: Callable[[], tuple[Any, Any]]) -> RunPolicy:
+    """The policy of ``version``, resolved from ``stored()`` (the job's and the
+    endpoint's objects) the first time this process meets that version."""
     policy = _RESOLVED.get(version)
     if policy is None:
-        policy = _resolve_stored(job_policy, endpoint_policy)
+        policy = _resolve_stored(*stored())
         if len(_RESOLVED) >= MAX_RESOLVED:
             _RESOLVED.clear()
         _RESOLVED[version] = policy

@@ -11,6 +11,7 @@ serves PostgreSQL and SQLite. Everything else stays on the ORM.
 
 from __future__ import annotations
 
+import json
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -26,7 +27,8 @@ from django.utils.dateparse import parse_datetime
 
 from endpoints.governor import HINT_FIELDS, REPLAN_FIELDS
 from endpoints.models import SLOT_FIELDS, Endpoint, Flip, Run, RunStatus, Slot
-from endpoints.policies import RunPolicy, stored_policy
+from endpoints.policies import DEFAULT as DEFAULT_POLICY
+from endpoints.policies import RunPolicy, policy_of_version
 
 # Fields a person may change while a run is in flight; the reschedule only wins if they
 # are still as read (see ``endpoints.engine.outcomes.reschedule``), and so must the run
@@ -72,9 +74,10 @@ class ClaimedEndpoint:
     hmac_secret: str
     hmac_secret_previous: str  # during a rotation's grace period, else ""
     tenant_min_interval_ms: int
-    # Run policy (endpoints.policies): both empty in the common case, which costs nothing.
-    run_policy: dict[str, Any]
-    job_run_policy: dict[str, Any]
+    # Run policy (endpoints.policies), the endpoint's and its job's, as the database's JSON
+    # text: decoded only when their version is not resolved yet in this process.
+    run_policy_json: str
+    job_run_policy_json: str
     retry_attempt: int
     retry_of_run: int | None
     policy_version: str  # of the two policies together, as the database has them
@@ -82,9 +85,13 @@ class ClaimedEndpoint:
     policy: RunPolicy = field(init=False)
 
     def __post_init__(self) -> None:
-        self.policy = stored_policy(
-            self.job_run_policy, self.run_policy, version=self.policy_version
-        )
+        if self.run_policy_json == self.job_run_policy_json == "{}":  # the common case
+            self.policy = DEFAULT_POLICY
+        else:
+            self.policy = policy_of_version(
+                self.policy_version,
+                lambda: (json.loads(self.job_run_policy_json), json.loads(self.run_policy_json)),
+            )
 
     def is_paused(self, now: datetime) -> bool:
         return self.paused_until is not None and self.paused_until > now
@@ -100,7 +107,8 @@ _JOINED = {
         " THEN t.hmac_secret_previous ELSE '' END"
     ),
     "tenant_min_interval_ms": "t.min_interval_ms",
-    "job_run_policy": "j.run_policy",
+    "run_policy_json": "CAST(e.run_policy AS text)",
+    "job_run_policy_json": "CAST(j.run_policy AS text)",
 }
 # The version of an endpoint's run policy and its job's, computed by the database alike
 # where the endpoint is read and where its reschedule checks it is unchanged: a digest of
@@ -508,9 +516,7 @@ def _adapting_field(model: type[Model], name: str) -> Field[Any, Any] | None:
 
 
 def _from_db(model: type[Model], name: str, value: Any) -> Any:
-    if name == "job_run_policy":  # the job's JSON column, decoded as the endpoint's is
-        name = "run_policy"
-    elif value is None or name in _JOINED:
+    if value is None or name in _JOINED:
         return value
     field = model._meta.get_field(name)
     if isinstance(field, DateTimeField):
