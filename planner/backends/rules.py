@@ -16,8 +16,7 @@ The rules, first match wins:
 4. Signals in the latest body: ``status`` critical/down -> a quarter of the baseline
    interval, degraded -> half; ``error_rate_pct`` and ``current_value`` against warning
    and critical thresholds likewise; ``queue_depth`` rising over the last three answers
-   -> half; zero for the last five -> twice the baseline; calm (the last six answers
-   succeeded without a warning sign) -> twice the baseline. Always inside min/max.
+   -> half; zero for the last five -> twice the baseline. Always inside min/max.
 5. Healthy again with a planner interval hint still on: clear it.
 A person's own hint or pause is left alone.
 """
@@ -59,8 +58,6 @@ HINT_TTL_MINUTES = 60
 # does not add a hint-history row every analysis.
 REFRESH_AFTER = 0.5
 CRON_SAMPLE = 6
-# Answers in a row without a warning sign before the rules relax a calm endpoint.
-CALM_ANSWERS = 6
 
 SEVERITY_FACTOR = {"critical": 0.25, "degraded": 0.5}
 SEVERITY_RANK = {"healthy": 0, "degraded": 1, "critical": 2}
@@ -232,8 +229,6 @@ def _target_interval(data: RulesInput) -> tuple[int | None, str]:
         return int(data.baseline_ms * factor), "; ".join(reasons)
     if queue == "empty":
         return data.baseline_ms * 2, "queue_depth was 0 in the last five answers"
-    if _calm(data.observations):
-        return data.baseline_ms * 2, f"calm: the last {CALM_ANSWERS} answers were healthy"
     return None, "; ".join(reasons) or "no warning signs in the latest answer"
 
 
@@ -273,13 +268,6 @@ def _level(value: float, warning: float | None, critical: float | None) -> str |
     if warning is not None and value >= warning:
         return "degraded"
     return None
-
-
-def _calm(observations: tuple[Observation, ...]) -> bool:
-    recent = observations[:CALM_ANSWERS]
-    return len(recent) == CALM_ANSWERS and all(
-        seen.succeeded and body_severity(seen.body)[0] == "healthy" for seen in recent
-    )
 
 
 def queue_trend(observations: tuple[Observation, ...]) -> str | None:

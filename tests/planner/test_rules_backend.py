@@ -166,20 +166,6 @@ def test_a_rising_queue_tightens_and_an_empty_one_relaxes() -> None:
     assert "relaxing" in empty.reasoning
 
 
-def test_six_calm_answers_relax_to_twice_the_baseline_within_the_maximum() -> None:
-    calm = [{"status": "ok", "error_rate_pct": 0.1}] * 6
-    relaxed = _decide(*calm)
-    bounded = _decide(*calm, max_interval_ms=6 * MINUTE)
-    too_soon = _decide(*calm[:5])
-    one_warning = _decide(*calm[:5], {"status": "degraded"})
-
-    assert relaxed.tool == "propose_interval"
-    assert relaxed.arguments["intervalMs"] == 8 * MINUTE
-    assert "calm: the last 6 answers were healthy: relaxing" in relaxed.reasoning
-    assert bounded.arguments["intervalMs"] == 6 * MINUTE
-    assert too_soon.tool is None and one_warning.tool is None
-
-
 def test_healthy_after_tightening_clears_the_planners_hint() -> None:
     verdict = _decide(
         {"status": "healthy"},
@@ -429,14 +415,12 @@ def test_a_rising_queue_tightens_a_draining_one_clears_and_an_empty_one_relaxes(
 
     ran = watched.run(until=220)
 
-    assert ran == [0, 20, 40, 50, 60, 80, 100, 140, 180, 220]
+    assert ran == [0, 20, 40, 50, 60, 80, 100, 120, 140, 160, 180, 220]
     assert watched.hints() == [
         (40, HintKind.INTERVAL, 10 * MINUTE),
         (60, HintKind.CLEAR, None),
-        # Six answers in a row without a warning sign (a rise is not one): calm, relaxed.
-        (80, HintKind.INTERVAL, 40 * MINUTE),
-        (140, HintKind.INTERVAL, 40 * MINUTE),  # half its 120-minute TTL spent: refreshed
-        (220, HintKind.INTERVAL, 40 * MINUTE),
+        (160, HintKind.INTERVAL, 40 * MINUTE),
+        (220, HintKind.INTERVAL, 40 * MINUTE),  # half its 120-minute TTL spent: refreshed
     ]
 
 
