@@ -21,64 +21,11 @@ from django.core.management import CommandError, call_command
 
 from endpoints.governor import EndpointSchedule, plan_next_run
 from endpoints.models import Endpoint, Job, Slot, Tenant
+from tests.config_io.files import document, endpoint_entry, run_export, run_import, snapshot
 
 pytestmark = pytest.mark.django_db
 
 REPO = Path(settings.BASE_DIR)
-
-
-def endpoint_entry(name: str = "health", **fields: Any) -> dict[str, Any]:
-    entry: dict[str, Any] = {
-        "name": name,
-        "url": "https://example.com/health",
-        "baseline_interval": "5m",
-    }
-    entry.update(fields)
-    return {key: value for key, value in entry.items() if value is not None}
-
-
-def document(*endpoints: dict[str, Any], job: str = "ops", tenant: str = "Acme") -> dict[str, Any]:
-    return {
-        "version": 1,
-        "tenants": [{"name": tenant, "jobs": [{"name": job, "endpoints": list(endpoints)}]}],
-    }
-
-
-@pytest.fixture
-def write(tmp_path: Path) -> Callable[..., Path]:
-    counter = iter(range(1000))
-
-    def write(content: dict[str, Any] | str, suffix: str = ".yaml") -> Path:
-        path = tmp_path / f"config-{next(counter)}{suffix}"
-        if isinstance(content, str):
-            path.write_text(content)
-        elif suffix == ".json":
-            path.write_text(json.dumps(content))
-        else:
-            path.write_text(yaml.safe_dump(content, sort_keys=False))
-        return path
-
-    return write
-
-
-def run_import(path: Path | str, *args: str) -> str:
-    out = io.StringIO()
-    call_command("import_endpoints", str(path), *args, stdout=out, stderr=io.StringIO())
-    return out.getvalue()
-
-
-def run_export(*args: str) -> tuple[str, str]:
-    out, err = io.StringIO(), io.StringIO()
-    call_command("export_endpoints", *args, stdout=out, stderr=err)
-    return out.getvalue(), err.getvalue()
-
-
-def snapshot() -> list[dict[str, Any]]:
-    return [
-        {k: v for k, v in row.items() if k != "updated_at"}
-        for model in (Tenant, Job, Endpoint)
-        for row in model.objects.order_by("pk").values()
-    ]
 
 
 def test_import_creates_tenants_jobs_and_endpoints_scheduled_by_the_governor(
@@ -253,46 +200,6 @@ def test_dry_run_lists_changes_field_by_field_and_writes_nothing(
     assert "= endpoint ops/same: unchanged" in output
     assert "+ endpoint ops/new: created" in output
     assert "Nothing was written" in output
-
-
-def test_dry_run_json_lists_each_change_with_its_fields_and_the_counts(
-    write: Callable[..., Path], make_endpoint: Callable[..., Endpoint]
-) -> None:
-    make_endpoint(name="health", url="https://example.com/health", baseline_interval_ms=300_000)
-    make_endpoint(name="same", url="https://example.com/health", baseline_interval_ms=300_000)
-    before = snapshot()
-    doc = document(
-        endpoint_entry("health", baseline_interval="30s"),
-        endpoint_entry("same"),
-        endpoint_entry("new"),
-    )
-
-    shown = json.loads(run_import(write(doc), "--dry-run", "--json"))
-
-    assert snapshot() == before
-    assert shown["dry_run"] is True
-    assert shown["counts"] == {"created": 1, "updated": 1, "archived": 0, "unchanged": 3}
-    changes = {(c["kind"], c["name"]): c for c in shown["changes"]}
-    assert changes[("endpoint", "ops/health")]["action"] == "updated"
-    assert changes[("endpoint", "ops/health")]["fields"] == [
-        {"name": "baseline_interval", "old": "5m", "new": "30s"}
-    ]
-    assert changes[("endpoint", "ops/same")] == {
-        "kind": "endpoint",
-        "name": "ops/same",
-        "action": "unchanged",
-        "fields": [],
-    }
-    assert changes[("endpoint", "ops/new")]["action"] == "created"
-    assert shown["warnings"] == []
-
-
-def test_import_json_reports_what_it_wrote(write: Callable[..., Path]) -> None:
-    shown = json.loads(run_import(write(document(endpoint_entry("new"))), "--json"))
-
-    assert shown["dry_run"] is False
-    assert shown["counts"]["created"] == 3  # the tenant, the job and the endpoint
-    assert Endpoint.objects.get(name="new").job.name == "ops"
 
 
 def test_import_keeps_runtime_state_and_resets_omitted_keys_to_defaults(
