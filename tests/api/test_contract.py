@@ -26,6 +26,7 @@ import pytest
 
 from api.operations import OPERATIONS
 from tests.api.serving import gunicorn_serving
+from tests.compose import REPO
 from tests.world import ApiWorld
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
@@ -60,6 +61,8 @@ def schemathesis(document: Path, base_url: str, key: str | None, *extra: str) ->
         sys.executable,
         "-m",
         "schemathesis.cli",
+        "--config-file",
+        str(REPO / "schemathesis.toml"),
         "run",
         str(document),
         "--url",

@@ -27,8 +27,9 @@ def listed_tools() -> dict[str, Tool]:
     return {tool.name: tool for tool in asyncio.run(tools())}
 
 
-def test_every_tools_annotations_follow_from_its_method_and_kind() -> None:
-    tools = listed_tools()
+def assert_annotations_follow_from_method_and_kind(tools: dict[str, Tool]) -> None:
+    """Over every tool listed (tests/mcp/test_clients.py reads them from ``manage.py mcp
+    --http``, as deployed)."""
     assert set(tools) == {op.name for op in OPERATIONS}
     for op in OPERATIONS:
         hints = tools[op.name].annotations
@@ -41,7 +42,7 @@ def test_every_tools_annotations_follow_from_its_method_and_kind() -> None:
             assert hints.idempotent_hint is True, op.name
         assert hints.open_world_hint is (op.name in ("test_endpoint", "test_channel")), op.name
     # The deletes, one by one: each is destructive.
-    deletes = [name for name, tool in tools.items() if name.startswith(("delete_", "remove_"))]
+    deletes = [name for name in tools if name.startswith(("delete_", "remove_"))]
     assert sorted(deletes) == [
         "delete_channel",
         "delete_endpoint",
@@ -49,3 +50,7 @@ def test_every_tools_annotations_follow_from_its_method_and_kind() -> None:
         "remove_alert_rule",
     ]
     assert all(tools[name].annotations.destructive_hint for name in deletes)  # type: ignore[union-attr]
+
+
+def test_every_tools_annotations_follow_from_its_method_and_kind() -> None:
+    assert_annotations_follow_from_method_and_kind(listed_tools())
