@@ -55,7 +55,7 @@ def problem_response(status: int, detail: str) -> bytes:
     return head.encode("latin-1") + body
 
 
-class ProblemWorker(SyncWorker):  # type: ignore[misc]
+class ProblemWorker(SyncWorker):
     def handle_error(self, req: Any, client: socket.socket, addr: Any, exc: Exception) -> None:
         problem = limit_problem(exc, self.cfg)
         if problem is None:
