@@ -9,7 +9,18 @@ from typing import Any
 from ninja import Field, Schema
 from pydantic import ConfigDict
 
-from api.schemas import CLOCK, ID, NAME, POSITIVE_INT_MAX, ChannelKindName, ClockTime, Input
+from api.schemas import (
+    CLOCK,
+    POSITIVE_INT_MAX,
+    Bool,
+    ChannelKindName,
+    ClockTime,
+    Id,
+    Input,
+    Int,
+    Name,
+    optional,
+)
 from endpoints.secrets import MASK
 from notifications.models import MINUTES_IN_A_YEAR
 
@@ -29,17 +40,15 @@ class ChannelIn(Input):
         },
     )
 
-    name: str = Field(description="Unique within the tenant.", json_schema_extra=NAME)
+    name: Name = Field(description="Unique within the tenant.")
     kind: ChannelKindName = Field(description="email, webhook or apprise (chat and push).")
-    target: str = Field(description=CHANNEL_TARGET, json_schema_extra={"minLength": 1})
-    enabled: bool = Field(True, description="Off: nothing is sent on it.")
-    escalation_only: bool = Field(
+    target: str = Field(description=CHANNEL_TARGET, min_length=1)
+    enabled: Bool = Field(True, description="Off: nothing is sent on it.")
+    escalation_only: Bool = Field(
         False, description="Receives only escalations of alert rules, not every alert."
     )
-    tenant_id: int | None = Field(
-        None,
-        description="Needed only when the caller belongs to several tenants.",
-        json_schema_extra=ID,
+    tenant_id: Id | None = Field(
+        None, description="Needed only when the caller belongs to several tenants."
     )
 
 
@@ -48,16 +57,14 @@ class ChannelPatch(Input):
 
     model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [{"enabled": False}]})
 
-    name: str | None = Field(None, description="Unique within the tenant.", json_schema_extra=NAME)
-    kind: ChannelKindName | None = Field(None, description="email, webhook or apprise.")
-    target: str | None = Field(
-        None,
-        description="Replaces the stored target. " + CHANNEL_TARGET,
-        json_schema_extra={"minLength": 1},
+    name: Name = optional(description="Unique within the tenant.")
+    kind: ChannelKindName = optional(description="email, webhook or apprise.")
+    target: str = optional(
+        description="Replaces the stored target. " + CHANNEL_TARGET, min_length=1
     )
-    enabled: bool | None = Field(None, description="Off: nothing is sent on it.")
-    escalation_only: bool | None = Field(
-        None, description="Receives only escalations of alert rules, not every alert."
+    enabled: Bool = optional(description="Off: nothing is sent on it.")
+    escalation_only: Bool = optional(
+        description="Receives only escalations of alert rules, not every alert."
     )
 
 
@@ -112,48 +119,43 @@ class AlertRuleIn(Input):
         },
     )
 
-    job_id: int | None = Field(
-        None, description="The job whose rule this is.", json_schema_extra=ID
+    job_id: Id | None = Field(None, description="The job whose rule this is.")
+    endpoint_id: Id | None = Field(
+        None, description="Or: the endpoint this rule overrides its job's for."
     )
-    endpoint_id: int | None = Field(
-        None,
-        description="Or: the endpoint this rule overrides its job's for.",
-        json_schema_extra=ID,
+    enabled: Bool = Field(True, description="Off: it never alerts.")
+    after_failures: Int = Field(
+        3, description="Alert after this many failed runs in a row.", ge=1, le=POSITIVE_INT_MAX
     )
-    enabled: bool = Field(True, description="Off: it never alerts.")
-    after_failures: int = Field(
-        3,
-        description="Alert after this many failed runs in a row.",
-        json_schema_extra={"minimum": 1, "maximum": POSITIVE_INT_MAX},
-    )
-    on_recovery: bool = Field(True, description="Alert when it succeeds again.")
-    on_pause: bool = Field(True, description="Alert when it is paused.")
-    stale_factor: int = Field(
+    on_recovery: Bool = Field(True, description="Alert when it succeeds again.")
+    on_pause: Bool = Field(True, description="Alert when it is paused.")
+    stale_factor: Int = Field(
         0,
         description="Alert when an interval endpoint has not run for this many times its "
         "interval (0: never).",
-        json_schema_extra={"minimum": 0, "maximum": POSITIVE_INT_MAX},
+        ge=0,
+        le=POSITIVE_INT_MAX,
     )
     quiet_from: ClockTime | None = Field(
         None, description="Quiet hours start (UTC, HH:MM); give both ends or neither."
     )
     quiet_until: ClockTime | None = Field(None, description="Quiet hours end (UTC, HH:MM).")
-    remind_every_minutes: int = Field(
+    remind_every_minutes: Int = Field(
         0,
         description="While failing and not acknowledged, remind every this many minutes "
         "(0: never; 60 or 1440 for hourly or daily).",
-        json_schema_extra={"minimum": 0, "maximum": MINUTES_IN_A_YEAR},
+        ge=0,
+        le=MINUTES_IN_A_YEAR,
     )
-    escalate_after_minutes: int = Field(
+    escalate_after_minutes: Int = Field(
         0,
         description="Still failing and not acknowledged this long after the failing alert: "
         "tell escalate_to_channel_id, once (0: never).",
-        json_schema_extra={"minimum": 0, "maximum": MINUTES_IN_A_YEAR},
+        ge=0,
+        le=MINUTES_IN_A_YEAR,
     )
-    escalate_to_channel_id: int | None = Field(
-        None,
-        description="The channel escalations go to (one of the rule's tenant).",
-        json_schema_extra=ID,
+    escalate_to_channel_id: Id | None = Field(
+        None, description="The channel escalations go to (one of the rule's tenant)."
     )
 
 

@@ -252,14 +252,7 @@ def operation_tool(op: Operation, calls: ToolCalls, stdio_key: str | None) -> Op
         fn_metadata=metadata,
         is_async=True,
         context_kwarg="ctx",
-        annotations=ToolAnnotations(
-            title=op.summary,
-            read_only_hint=not op.write,
-            destructive_hint=op.destructive if op.write else False,
-            idempotent_hint=op.repeatable,
-            # Only test_endpoint and test_channel reach outside (the tenant's own URLs).
-            open_world_hint=op.name in ("test_endpoint", "test_channel"),
-        ),
+        annotations=ToolAnnotations(**op.annotations),
     )
 
 

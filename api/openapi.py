@@ -3,7 +3,8 @@ schemas, completed with what it cannot know.
 
 - Errors are served as ``application/problem+json``; each operation lists the statuses it
   can answer (400 "Cannot parse request body" where it takes a body, 403 on writes, 409
-  where an operation can be refused...), each with a description and an example.
+  where an operation can be refused, 413, 414 and 431 at the web server's limits...),
+  each with a description and an example.
 - Path and query parameters carry their description and bounds (api/parameters.py, the
   table the MCP tools read too); ``Idempotency-Key`` is documented where it is honoured.
 - Every operation has an example answer (built from its schema) and every body an
@@ -13,6 +14,8 @@ schemas, completed with what it cannot know.
 from __future__ import annotations
 
 from typing import Any
+
+from django.conf import settings
 
 from api.errors import PROBLEM_TYPE
 from api.operations import MAX_IDEMPOTENCY_KEY, OPERATIONS, Operation
@@ -51,8 +54,13 @@ ERROR_DESCRIPTIONS = {
     404: "No such object among the caller's tenants (or no such route).",
     409: "Refused in the object's current state (e.g. run now on an archived endpoint), "
     "or a request with the same Idempotency-Key is still running.",
+    413: f"The body is over {settings.DATA_UPLOAD_MAX_MEMORY_SIZE} bytes.",
+    414: f"The request line (method, path and query) is over "
+    f"{settings.CRONICORN_WEB_MAX_REQUEST_LINE} bytes.",
     422: "A field or parameter is invalid; errors names each one.",
     429: "Too many requests for this key; retry after Retry-After seconds.",
+    431: f"More than {settings.CRONICORN_WEB_MAX_HEADERS} headers, or one over "
+    f"{settings.CRONICORN_WEB_MAX_HEADER_BYTES} bytes.",
 }
 ERROR_EXAMPLES: dict[int, dict[str, Any]] = {
     400: {"detail": "Cannot parse request body"},
@@ -63,11 +71,27 @@ ERROR_EXAMPLES: dict[int, dict[str, Any]] = {
     403: {"detail": "This API key is read-only; use a key with the write scope."},
     404: {"detail": "No endpoint with id 42 (or not in your tenant)."},
     409: {"detail": "Endpoint shop/health is archived; archived endpoints cannot run."},
+    413: {
+        "detail": f"The request body is over the {settings.DATA_UPLOAD_MAX_MEMORY_SIZE} bytes "
+        "the API reads; send less."
+    },
+    414: {
+        "detail": "The request line (method, path and query) is over the "
+        f"{settings.CRONICORN_WEB_MAX_REQUEST_LINE} bytes this server reads; shorten the "
+        "query (a search, a cursor) or the path."
+    },
     422: {
         "detail": "The input is invalid; fix the fields listed.",
-        "errors": {"timeout_ms": ["Timeout must be between 1 s and 30 min (1000..1800000 ms)."]},
+        "errors": {
+            "name": ["Names cannot contain '/': it separates job and endpoint in job/endpoint."]
+        },
     },
     429: {"detail": "Too many requests for this key; retry in 12 s."},
+    431: {
+        "detail": "The request's headers are over this server's limits (at most "
+        f"{settings.CRONICORN_WEB_MAX_HEADERS} headers of at most "
+        f"{settings.CRONICORN_WEB_MAX_HEADER_BYTES} bytes each); send fewer or shorter ones."
+    },
 }
 
 
@@ -134,9 +158,12 @@ def _parameter_example(name: str, schema: dict[str, Any]) -> Any:
 
 
 def _statuses(op: Operation) -> list[int]:
-    statuses = [401, 422, 429]
+    # 414 and 431: the web server's own limits (settings.CRONICORN_WEB_*), on any request.
+    statuses = [401, 414, 422, 429, 431]
     if op.body is not None or op.query_names & {"cursor", "search"}:
         statuses.append(400)
+    if op.body is not None:
+        statuses.append(413)
     if op.write:
         statuses += [403, 409]
     names_object = "{" in op.path or op.body is not None or op.query_names & {"job_id"}

@@ -43,10 +43,27 @@ class Operation:
     params: tuple[inspect.Parameter, ...]
     response: Any
     status: int
-    write: bool
     idempotent: bool  # takes an Idempotency-Key (a create or a run)
-    destructive: bool = False  # loses data or access that cannot be brought back
+    destructive: bool = False  # a POST that loses data or access with no way back
     repeatable: bool = False  # the same call again changes nothing more (MCP idempotentHint)
+    calls_out: bool = False  # reaches the tenant's own URLs (MCP openWorldHint)
+
+    @property
+    def write(self) -> bool:
+        """Every method but GET changes something, and needs a write key."""
+        return self.method != "get"
+
+    @property
+    def annotations(self) -> dict[str, Any]:
+        """The MCP tool's hints, from the HTTP method and the operation's kind alone: a GET
+        only reads; a DELETE destroys, as does a POST marked destructive."""
+        return {
+            "title": self.summary,
+            "read_only_hint": not self.write,
+            "destructive_hint": self.method == "delete" or self.destructive,
+            "idempotent_hint": self.repeatable,
+            "open_world_hint": self.calls_out,
+        }
 
     @property
     def description(self) -> str:
@@ -86,10 +103,10 @@ def operation(
     name: str,
     response: Any,
     status: int = 200,
-    write: bool = False,
     idempotent: bool = False,
     destructive: bool = False,
     repeatable: bool | None = None,
+    calls_out: bool = False,
 ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     def register(fn: Callable[..., Any]) -> Callable[..., Any]:
         hints = get_type_hints(fn, include_extras=True)
@@ -105,11 +122,11 @@ def operation(
             params,
             response,
             status,
-            write,
             idempotent,
             destructive,
             # Reads, changes to given values and deletes: the same call twice is the same.
             method in ("get", "patch", "delete") if repeatable is None else repeatable,
+            calls_out,
         )
         OPERATIONS.append(op)
         router.add_api_operation(

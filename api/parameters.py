@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import Field
 from pydantic.fields import FieldInfo
 
-from api.pagination import DEFAULT_LIMIT, MAX_LIMIT
+from api.pagination import DEFAULT_LIMIT, MAX_CURSOR_CHARS, MAX_LIMIT
 from api.routers.endpoints import MAX_PREVIEW, MAX_SEARCH_CHARS
 
 if TYPE_CHECKING:
@@ -29,7 +29,8 @@ PARAMETERS: dict[str, dict[str, Any]] = {
     "channel_id": {"description": "The alert channel's id (see list_channels).", **ID_BOUNDS},
     "rule_id": {"description": "The alert rule's id (see list_alert_rules).", **ID_BOUNDS},
     "cursor": {
-        "description": "next_cursor from the previous page, unchanged; omit for the first page."
+        "description": "next_cursor from the previous page, unchanged; omit for the first page.",
+        "max_length": MAX_CURSOR_CHARS,
     },
     "count": {
         "description": f"How many run times to preview, 1..{MAX_PREVIEW} (default 10).",

@@ -12,7 +12,15 @@ from typing import Annotated, Any, Literal
 
 from django.conf import settings
 from ninja import Field, Schema
-from pydantic import AfterValidator, BeforeValidator, ConfigDict, WithJsonSchema
+from pydantic import (
+    AfterValidator,
+    BeforeValidator,
+    ConfigDict,
+    StrictBool,
+    StrictInt,
+    StringConstraints,
+    WithJsonSchema,
+)
 from pydantic.json_schema import JsonDict
 
 from endpoints.choices import DEFAULT_HINT_TTL_MS, PauseSource
@@ -89,27 +97,32 @@ RunStatusFilter = Literal["running", "success", "failure", "timeout", "lost"]
 Method = Literal["GET", "POST", "PUT", "PATCH", "DELETE"]
 ChannelKindName = Literal["email", "webhook", "apprise"]
 
-# The bounds the validation path enforces (the models' constants, Django's field limits
-# and the settings' caps), written into the schemas so a client knows them before asking.
-# ``json_schema_extra`` documents them without a second check: the forms stay the one
-# place that refuses, with their own messages.
+# One rule for the types and bounds of every request body, REST and MCP alike: each is
+# pydantic's own (strict numbers and switches, ge/le, min_length/max_length), so the
+# document states exactly what the server refuses, from the same constants, whatever the
+# database (SQLite's integers are 64-bit). Strict: a JSON true is not the number 1 nor 1
+# the switch true. The forms then check what no schema says (a cron's syntax, a name
+# taken, the tenant's floor), with their own messages.
+Int = StrictInt
+Bool = StrictBool
 POSITIVE_INT_MAX = 2_147_483_647  # PositiveIntegerField on PostgreSQL
-ID: JsonDict = {"minimum": 1, "maximum": 2**63 - 1}
-NAME: JsonDict = {"minLength": 1, "maxLength": 200}
+Id = Annotated[StrictInt, Field(ge=1, le=2**63 - 1)]  # PostgreSQL's bigint
+Name = Annotated[str, StringConstraints(min_length=1, max_length=200)]
+Description = Annotated[str, StringConstraints(max_length=settings.CRONICORN_MAX_DESCRIPTION_CHARS)]
+Reason = Annotated[str, StringConstraints(max_length=MAX_REASON_CHARS)]
+HeaderValue = Annotated[
+    str, StringConstraints(max_length=settings.CRONICORN_MAX_HEADER_VALUE_CHARS)
+]
 
 
-def _description_cap() -> JsonDict:
-    return {"maxLength": settings.CRONICORN_MAX_DESCRIPTION_CHARS}
+def _no_default(schema: JsonDict) -> None:
+    schema.pop("default", None)
 
 
-def _header_caps() -> JsonDict:
-    return {
-        "maxProperties": settings.CRONICORN_MAX_HEADERS,
-        "additionalProperties": {
-            "type": "string",
-            "maxLength": settings.CRONICORN_MAX_HEADER_VALUE_CHARS,
-        },
-    }
+def optional(**kwargs: Any) -> Any:
+    """A field that may be left out (a PATCH leaves it unchanged, a create takes the
+    default) but is never null: the document shows no null and no default for it."""
+    return Field(None, json_schema_extra=_no_default, **kwargs)
 
 
 def _enum(*values: str) -> JsonDict:
@@ -176,18 +189,12 @@ class JobIn(Input):
         },
     )
 
-    name: str = Field(description=JOB_NAME, json_schema_extra=NAME)
-    description: str = Field("", description=JOB_DESCRIPTION, json_schema_extra=_description_cap())
-    max_concurrent: int | None = Field(
-        None,
-        description=MAX_CONCURRENT,
-        json_schema_extra={"minimum": 1, "maximum": POSITIVE_INT_MAX},
-    )
+    name: Name = Field(description=JOB_NAME)
+    description: Description = Field("", description=JOB_DESCRIPTION)
+    max_concurrent: Int | None = Field(None, description=MAX_CONCURRENT, ge=1, le=POSITIVE_INT_MAX)
     run_policy: dict[str, Any] | None = RUN_POLICY
-    tenant_id: int | None = Field(
-        None,
-        description="Needed only when the caller belongs to several tenants.",
-        json_schema_extra=ID,
+    tenant_id: Id | None = Field(
+        None, description="Needed only when the caller belongs to several tenants."
     )
 
 
@@ -198,15 +205,9 @@ class JobPatch(Input):
         extra="forbid", json_schema_extra={"examples": [{"max_concurrent": 2}]}
     )
 
-    name: str | None = Field(None, description=JOB_NAME, json_schema_extra=NAME)
-    description: str | None = Field(
-        None, description=JOB_DESCRIPTION, json_schema_extra=_description_cap()
-    )
-    max_concurrent: int | None = Field(
-        None,
-        description=MAX_CONCURRENT,
-        json_schema_extra={"minimum": 1, "maximum": POSITIVE_INT_MAX},
-    )
+    name: Name = optional(description=JOB_NAME)
+    description: Description | None = Field(None, description=JOB_DESCRIPTION + " Null: empty.")
+    max_concurrent: Int | None = Field(None, description=MAX_CONCURRENT, ge=1, le=POSITIVE_INT_MAX)
     run_policy: dict[str, Any] | None = RUN_POLICY
 
 
@@ -234,9 +235,6 @@ class JobPage(Schema):
 # --- endpoints --------------------------------------------------------------------------
 
 
-INTERVAL_MAX: JsonDict = {"maximum": MAX_INTERVAL_MS}
-
-
 class EndpointPatch(Input):
     """Only the fields given change (PATCH); a schedule change replans the endpoint."""
 
@@ -245,73 +243,68 @@ class EndpointPatch(Input):
         json_schema_extra={"examples": [{"baseline_interval_ms": 600_000, "baseline_cron": ""}]},
     )
 
-    job_id: int | None = Field(
-        None, description="Move it to this job (of the same tenant).", json_schema_extra=ID
-    )
-    name: str | None = Field(
-        None, description="Unique within its job; no '/'.", json_schema_extra=NAME
-    )
-    description: str | None = Field(
+    job_id: Id = optional(description="Move it to this job (of the same tenant).")
+    name: Name = optional(description="Unique within its job; no '/'.")
+    description: Description | None = Field(
         None,
-        description="What the endpoint does and what its answers mean; the planner reads it.",
-        json_schema_extra=_description_cap(),
+        description="What the endpoint does and what its answers mean; the planner reads "
+        "it. Null: empty.",
     )
-    url: str | None = Field(
-        None,
+    url: str = optional(
         description="The http:// or https:// URL to call (private addresses are refused).",
-        json_schema_extra={"minLength": 1, "maxLength": 2000},
+        min_length=1,
+        max_length=2000,
     )
-    method: Method | None = Field(None, description="The HTTP method (default GET).")
-    headers: dict[str, Any] | None = Field(
-        None,
+    method: Method = optional(description="The HTTP method (default GET).")
+    headers: dict[str, HeaderValue] = optional(
         description="Header names to string values sent with each call; a masked value "
         "(as answers show secret ones) keeps the stored one.",
-        json_schema_extra=_header_caps(),
+        max_length=settings.CRONICORN_MAX_HEADERS,
     )
-    secret_header_names: list[Any] | None = Field(
-        None,
+    secret_header_names: list[str] = optional(
         description="Headers whose values are secrets: masked in every answer and log.",
-        json_schema_extra={"items": {"type": "string"}, "maxItems": settings.CRONICORN_MAX_HEADERS},
+        max_length=settings.CRONICORN_MAX_HEADERS,
     )
     body: Any = Field(None, description="JSON sent with POST, PUT and PATCH.")
-    timeout_ms: int | None = Field(
-        None,
+    timeout_ms: Int = optional(
         description=f"Give up after this long, {MIN_TIMEOUT_MS}..{MAX_TIMEOUT_MS} ms "
         "(default 30000).",
-        json_schema_extra={"minimum": MIN_TIMEOUT_MS, "maximum": MAX_TIMEOUT_MS},
+        ge=MIN_TIMEOUT_MS,
+        le=MAX_TIMEOUT_MS,
     )
-    max_response_size_kb: int | None = Field(
-        None,
+    max_response_size_kb: Int = optional(
         description=f"Keep at most this much of an answer, 1..{MAX_RESPONSE_KB} KB (default 100).",
-        json_schema_extra={"minimum": 1, "maximum": MAX_RESPONSE_KB},
+        ge=1,
+        le=MAX_RESPONSE_KB,
     )
     baseline_cron: str | None = Field(
         None,
-        description="The schedule as cron: 5 fields or @hourly, @daily...; empty when the "
-        "schedule is an interval. Give a cron or an interval, not both.",
-        json_schema_extra={"maxLength": 200},
+        description="The schedule as cron: 5 fields or @hourly, @daily...; empty (or null) "
+        "when the schedule is an interval. Give a cron or an interval, not both.",
+        max_length=200,
     )
-    timezone: str | None = Field(
-        None,
-        description="The IANA time zone the cron is read in (default UTC).",
-        json_schema_extra={"maxLength": 64},
+    timezone: str = optional(
+        description="The IANA time zone the cron is read in (default UTC).", max_length=64
     )
-    baseline_interval_ms: int | None = Field(
+    baseline_interval_ms: Int | None = Field(
         None,
         description=f"The schedule as an interval: every this many ms (at least {MIN_INTERVAL_MS}, "
         "and the tenant's floor); null when the schedule is a cron.",
-        json_schema_extra={"minimum": MIN_INTERVAL_MS, **INTERVAL_MAX},
+        ge=MIN_INTERVAL_MS,
+        le=MAX_INTERVAL_MS,
     )
-    min_interval_ms: int | None = Field(
+    min_interval_ms: Int | None = Field(
         None,
         description="Never run sooner than this after the previous run, whatever hints say; "
         "0 or null: no bound.",
-        json_schema_extra={"minimum": 0, **INTERVAL_MAX},
+        ge=0,
+        le=MAX_INTERVAL_MS,
     )
-    max_interval_ms: int | None = Field(
+    max_interval_ms: Int | None = Field(
         None,
         description="Never wait longer than this between runs; 0 or null: no bound.",
-        json_schema_extra={"minimum": 0, **INTERVAL_MAX},
+        ge=0,
+        le=MAX_INTERVAL_MS,
     )
     run_policy: dict[str, Any] | None = RUN_POLICY
 
@@ -345,11 +338,12 @@ class EndpointIn(EndpointPatch):
         },
     )
 
-    job_id: int = Field(description="The job it belongs to (see list_jobs).", json_schema_extra=ID)  # type: ignore[assignment]
-    name: str = Field(description="Unique within its job; no '/'.", json_schema_extra=NAME)  # type: ignore[assignment]
-    url: str = Field(  # type: ignore[assignment]
+    job_id: Id = Field(description="The job it belongs to (see list_jobs).")
+    name: Name = Field(description="Unique within its job; no '/'.")
+    url: str = Field(
         description="The http:// or https:// URL to call (private addresses are refused).",
-        json_schema_extra={"minLength": 1, "maxLength": 2000},
+        min_length=1,
+        max_length=2000,
     )
 
 
@@ -414,9 +408,6 @@ class EndpointPage(Schema):
     next_cursor: str | None
 
 
-REASON: JsonDict = {"maxLength": MAX_REASON_CHARS}
-
-
 class PauseIn(Input):
     """Exactly one of until or for_ms."""
 
@@ -434,10 +425,10 @@ class PauseIn(Input):
     until: IsoTime | None = Field(
         None, description="Pause until this time (ISO 8601, in the future)."
     )
-    for_ms: int | None = Field(
+    for_ms: Int | None = Field(
         None, ge=1, le=MAX_DURATION_MS, description="Or: pause for this many ms from now."
     )
-    reason: str = Field("", description="Why; shown with the pause.", json_schema_extra=REASON)
+    reason: Reason = Field("", description="Why; shown with the pause.")
 
 
 class HintIn(Input):
@@ -461,7 +452,7 @@ class HintIn(Input):
         },
     )
 
-    interval_ms: int | None = Field(
+    interval_ms: Int | None = Field(
         None,
         ge=MIN_INTERVAL_MS,
         le=MAX_INTERVAL_MS,
@@ -471,14 +462,14 @@ class HintIn(Input):
     next_run_at: IsoTime | None = Field(
         None, description="Or: run once at this time (ISO 8601), if before the next planned run."
     )
-    next_run_in_ms: int | None = Field(
+    next_run_in_ms: Int | None = Field(
         None,
         ge=0,
         le=MAX_DURATION_MS,
         description="Or: run once this many ms from now, e.g. 600000 for in 10 minutes.",
         examples=[600_000],
     )
-    ttl_ms: int | None = Field(
+    ttl_ms: Int | None = Field(
         None,
         ge=1,
         le=MAX_DURATION_MS,
@@ -488,7 +479,7 @@ class HintIn(Input):
         "one expiry: a one-shot resets an active interval hint's expiry too. A one-shot must "
         "come before its hint expires (an expired hint never runs), or it is refused.",
     )
-    reason: str = Field("", max_length=MAX_REASON_CHARS, description="Why; shown with the hint.")
+    reason: Reason = Field("", description="Why; shown with the hint.")
 
 
 class HintedEndpointOut(EndpointOut):
@@ -503,7 +494,7 @@ class ReasonIn(Input):
         extra="forbid", json_schema_extra={"examples": [{"reason": "incident over"}]}
     )
 
-    reason: str = Field("", description="Why; kept in the hint history.", json_schema_extra=REASON)
+    reason: Reason = Field("", description="Why; kept in the hint history.")
 
 
 # --- runs -------------------------------------------------------------------------------

@@ -32,3 +32,10 @@ graceful_timeout = 8
 # No `gunicornc` control socket: it would live in $HOME, which is read-only in the image
 # and shared by every gunicorn on a development machine.
 control_socket_disable = True
+
+# The server's own limits (settings: the OpenAPI document states them too), and a worker
+# that refuses a request over them with a problem (cronicorn_site/gunicorn_worker.py).
+worker_class = "cronicorn_site.gunicorn_worker.ProblemWorker"
+limit_request_line = settings.CRONICORN_WEB_MAX_REQUEST_LINE
+limit_request_field_size = settings.CRONICORN_WEB_MAX_HEADER_BYTES
+limit_request_fields = settings.CRONICORN_WEB_MAX_HEADERS

@@ -327,6 +327,16 @@ CACHES = {
         else {"BACKEND": "django.core.cache.backends.locmem.LocMemCache", "LOCATION": "api"}
     ),
 }
+# The web server's own limits, each refused with a problem the OpenAPI document lists: a
+# request line (method, path and query) over CRONICORN_WEB_MAX_REQUEST_LINE bytes (414;
+# gunicorn's ceiling, so that every list's query parameters at their documented maximum
+# fit, however their characters are encoded), more headers or longer ones than the next
+# two (431), both read by cronicorn_site/gunicorn.conf.py; a body over
+# DATA_UPLOAD_MAX_MEMORY_SIZE (413, Django's 2.5 MB default).
+CRONICORN_WEB_MAX_REQUEST_LINE = 8190
+CRONICORN_WEB_MAX_HEADER_BYTES = 8190
+CRONICORN_WEB_MAX_HEADERS = 100
+DATA_UPLOAD_MAX_MEMORY_SIZE = 2_621_440
 # MCP over HTTP: open GET /mcp event streams (the server sends nothing on them) per key
 # and per process, and how long one stays open.
 CRONICORN_MCP_MAX_STREAMS_PER_KEY = env_int("CRONICORN_MCP_MAX_STREAMS_PER_KEY", 2, minimum=0)

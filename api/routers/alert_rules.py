@@ -42,7 +42,6 @@ def list_alert_rules(principal: Principal) -> list[AlertRule]:
     "/alert-rules",
     name="set_alert_rule",
     response=AlertRuleOut,
-    write=True,
     repeatable=True,
 )
 def set_alert_rule(principal: Principal, payload: AlertRuleIn) -> AlertRule:
@@ -73,7 +72,6 @@ def set_alert_rule(principal: Principal, payload: AlertRuleIn) -> AlertRule:
     "/alert-rules/{rule_id}",
     name="remove_alert_rule",
     response=Message,
-    write=True,
 )
 def remove_alert_rule(principal: Principal, rule_id: int) -> Message:
     """Remove an alert rule: the job (or endpoint) falls back to its job's rule, or the

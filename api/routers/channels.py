@@ -42,7 +42,6 @@ def list_channels(principal: Principal) -> list[Channel]:
     name="create_channel",
     response=ChannelOut,
     status=201,
-    write=True,
     idempotent=True,
 )
 def create_channel(principal: Principal, payload: ChannelIn) -> Channel:
@@ -71,7 +70,6 @@ def get_channel(principal: Principal, channel_id: int) -> Channel:
     "/channels/{channel_id}",
     name="update_channel",
     response=ChannelOut,
-    write=True,
 )
 def update_channel(principal: Principal, channel_id: int, payload: ChannelPatch) -> Channel:
     """Change a channel (only the fields given; a target given replaces the stored one)."""
@@ -87,8 +85,6 @@ def update_channel(principal: Principal, channel_id: int, payload: ChannelPatch)
     "/channels/{channel_id}",
     name="delete_channel",
     response=Message,
-    write=True,
-    destructive=True,
 )
 def delete_channel(principal: Principal, channel_id: int) -> Message:
     """Delete an alert channel with its delivery records."""
@@ -102,8 +98,8 @@ def delete_channel(principal: Principal, channel_id: int) -> Message:
     "post",
     "/channels/{channel_id}/test",
     name="test_channel",
+    calls_out=True,
     response=DeliveryOut,
-    write=True,
 )
 def test_channel(principal: Principal, channel_id: int) -> Delivery:
     """Send a test message on the channel now and return its delivery (sent or failed,
@@ -117,7 +113,6 @@ def test_channel(principal: Principal, channel_id: int) -> Delivery:
     "/endpoints/{endpoint_id}/acknowledge",
     name="acknowledge_alert",
     response=AcknowledgementOut,
-    write=True,
 )
 def acknowledge_alert(principal: Principal, endpoint_id: int) -> AlertState:
     """Acknowledge a failing endpoint's alert: no more reminders and no escalation until it

@@ -40,8 +40,9 @@ from endpoints.models import Endpoint, EndpointStatus, HintKind, Run
 from endpoints.validation import duration_from_ms
 
 router = Router(tags=["endpoints"])
-# A word of a name or URL: longer than any URL an endpoint may have is never a match.
-MAX_SEARCH_CHARS = 2_000
+# A word of a name or URL, as long as the longest name: a search and a cursor of the
+# longest, in any characters, fit the web server's request line (settings).
+MAX_SEARCH_CHARS = 200
 
 
 def endpoints_of(principal: Principal) -> QuerySet[Endpoint]:
@@ -85,7 +86,6 @@ def list_endpoints(
     name="create_endpoint",
     response=EndpointOut,
     status=201,
-    write=True,
     idempotent=True,
 )
 def create_endpoint(principal: Principal, payload: EndpointIn) -> Endpoint:
@@ -147,7 +147,6 @@ def preview_endpoint_runs(principal: Principal, endpoint_id: int, count: int = 1
     "/endpoints/{endpoint_id}",
     name="update_endpoint",
     response=EndpointOut,
-    write=True,
 )
 def update_endpoint(principal: Principal, endpoint_id: int, payload: EndpointPatch) -> Endpoint:
     """Change an endpoint (only the fields given); a schedule change replans it."""
@@ -172,8 +171,6 @@ def update_endpoint(principal: Principal, endpoint_id: int, payload: EndpointPat
     "/endpoints/{endpoint_id}",
     name="delete_endpoint",
     response=Message,
-    write=True,
-    destructive=True,
 )
 def delete_endpoint(principal: Principal, endpoint_id: int) -> Message:
     """Delete an endpoint and its runs (archive it instead to keep its history)."""
@@ -189,7 +186,6 @@ def delete_endpoint(principal: Principal, endpoint_id: int) -> Message:
     "/endpoints/{endpoint_id}/archive",
     name="archive_endpoint",
     response=EndpointOut,
-    write=True,
     destructive=True,
 )
 def archive_endpoint(principal: Principal, endpoint_id: int) -> Endpoint:
@@ -205,7 +201,6 @@ def archive_endpoint(principal: Principal, endpoint_id: int) -> Endpoint:
     "/endpoints/{endpoint_id}/pause",
     name="pause_endpoint",
     response=EndpointOut,
-    write=True,
     repeatable=False,
 )
 def pause_endpoint(principal: Principal, endpoint_id: int, payload: PauseIn) -> Endpoint:
@@ -227,7 +222,6 @@ def pause_endpoint(principal: Principal, endpoint_id: int, payload: PauseIn) -> 
     "/endpoints/{endpoint_id}/resume",
     name="resume_endpoint",
     response=EndpointOut,
-    write=True,
     repeatable=True,
 )
 def resume_endpoint(principal: Principal, endpoint_id: int) -> Endpoint:
@@ -244,7 +238,6 @@ def resume_endpoint(principal: Principal, endpoint_id: int) -> Endpoint:
     name="run_endpoint_now",
     response=EndpointOut,
     status=202,
-    write=True,
     idempotent=True,
 )
 def run_endpoint_now(principal: Principal, endpoint_id: int) -> Endpoint:
@@ -259,8 +252,8 @@ def run_endpoint_now(principal: Principal, endpoint_id: int) -> Endpoint:
     "post",
     "/endpoints/{endpoint_id}/test",
     name="test_endpoint",
+    calls_out=True,
     response=RunDetail,
-    write=True,
 )
 def test_endpoint(principal: Principal, endpoint_id: int) -> Run:
     """Call the endpoint once now and return the run; its schedule is untouched."""
@@ -273,7 +266,6 @@ def test_endpoint(principal: Principal, endpoint_id: int) -> Run:
     "/endpoints/{endpoint_id}/hint",
     name="set_hint",
     response=HintedEndpointOut,
-    write=True,
 )
 def set_hint(principal: Principal, endpoint_id: int, payload: HintIn) -> Endpoint:
     """Set a hint: a new cadence (interval_ms) or one run (next_run_at or next_run_in_ms).
@@ -336,7 +328,6 @@ def _hint_notice(
     "/endpoints/{endpoint_id}/clear-hints",
     name="clear_hints",
     response=EndpointOut,
-    write=True,
     repeatable=True,
 )
 def clear_hints(principal: Principal, endpoint_id: int, payload: ReasonIn) -> Endpoint:
@@ -352,7 +343,6 @@ def clear_hints(principal: Principal, endpoint_id: int, payload: ReasonIn) -> En
     "/endpoints/{endpoint_id}/reset-failures",
     name="reset_failures",
     response=EndpointOut,
-    write=True,
     repeatable=True,
 )
 def reset_failures(principal: Principal, endpoint_id: int) -> Endpoint:

@@ -67,7 +67,6 @@ def get_session(principal: Principal, session_id: int) -> AnalysisSession:
     "/endpoints/{endpoint_id}/analyze",
     name="analyze_endpoint",
     response=SessionDetail,
-    write=True,
 )
 def analyze_endpoint_now(
     principal: Principal, endpoint_id: int, payload: AnalyzeIn

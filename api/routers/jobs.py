@@ -45,7 +45,6 @@ def list_jobs(
     name="create_job",
     response=JobOut,
     status=201,
-    write=True,
     idempotent=True,
 )
 def create_job(principal: Principal, payload: JobIn) -> Job:
@@ -72,7 +71,7 @@ def get_job(principal: Principal, job_id: int) -> Job:
     return scoped_job(principal, job_id)
 
 
-@operation(router, "patch", "/jobs/{job_id}", name="update_job", response=JobOut, write=True)
+@operation(router, "patch", "/jobs/{job_id}", name="update_job", response=JobOut)
 def update_job(principal: Principal, job_id: int, payload: JobPatch) -> Job:
     """Change a job's name, description or concurrency limit (only the fields given)."""
     values = payload.dict(exclude_unset=True)
@@ -91,8 +90,6 @@ def update_job(principal: Principal, job_id: int, payload: JobPatch) -> Job:
     "/jobs/{job_id}",
     name="delete_job",
     response=Message,
-    write=True,
-    destructive=True,
 )
 def delete_job(principal: Principal, job_id: int) -> Message:
     """Delete a job with its endpoints and all their runs, for good.
@@ -103,7 +100,7 @@ def delete_job(principal: Principal, job_id: int) -> Message:
     return Message(detail=f"Job {job.name} deleted.")
 
 
-@operation(router, "post", "/jobs/{job_id}/run", name="run_job_now", response=Message, write=True)
+@operation(router, "post", "/jobs/{job_id}/run", name="run_job_now", response=Message)
 def run_job_now(principal: Principal, job_id: int) -> Message:
     """Run every endpoint of the job now through the scheduler (paused ones and runs in
     flight are left out, and named)."""
@@ -121,7 +118,6 @@ def run_job_now(principal: Principal, job_id: int) -> Message:
     "/jobs/{job_id}/pause",
     name="pause_job",
     response=JobOut,
-    write=True,
     repeatable=True,
 )
 def pause_job(principal: Principal, job_id: int) -> Job:
@@ -137,7 +133,6 @@ def pause_job(principal: Principal, job_id: int) -> Job:
     "/jobs/{job_id}/resume",
     name="resume_job",
     response=JobOut,
-    write=True,
     repeatable=True,
 )
 def resume_job(principal: Principal, job_id: int) -> Job:
@@ -153,7 +148,6 @@ def resume_job(principal: Principal, job_id: int) -> Job:
     "/jobs/{job_id}/archive",
     name="archive_job",
     response=JobOut,
-    write=True,
     repeatable=True,
 )
 def archive_job(principal: Principal, job_id: int) -> Job:
@@ -172,7 +166,6 @@ def archive_job(principal: Principal, job_id: int) -> Job:
     "/jobs/{job_id}/unarchive",
     name="unarchive_job",
     response=JobOut,
-    write=True,
 )
 def unarchive_job(principal: Principal, job_id: int) -> Job:
     """Bring an archived job back, paused: resume_job then runs its endpoints again."""

@@ -49,7 +49,6 @@ def get_tenant(principal: Principal, tenant_id: int) -> TenantOut:
     "/tenants/{tenant_id}/signing-secret",
     name="rotate_signing_secret",
     response=SigningSecretOut,
-    write=True,
     destructive=True,
 )
 def rotate_signing_secret(principal: Principal, tenant_id: int) -> SigningSecretOut:
@@ -65,9 +64,7 @@ def rotate_signing_secret(principal: Principal, tenant_id: int) -> SigningSecret
     return SigningSecretOut(secret=secret, previous_secret_signs_until=tenant.hmac_previous_until)
 
 
-@operation(
-    router, "post", "/tenants/{tenant_id}/pause", name="pause_tenant", response=Message, write=True
-)
+@operation(router, "post", "/tenants/{tenant_id}/pause", name="pause_tenant", response=Message)
 def pause_tenant(principal: Principal, tenant_id: int) -> Message:
     """Pause every active job of the tenant: nothing of it runs until resume_tenant."""
     tenant = get_scoped(principal, Tenant.objects.all(), "pk", tenant_id)
@@ -81,7 +78,6 @@ def pause_tenant(principal: Principal, tenant_id: int) -> Message:
     "/tenants/{tenant_id}/resume",
     name="resume_tenant",
     response=Message,
-    write=True,
 )
 def resume_tenant(principal: Principal, tenant_id: int) -> Message:
     """Resume every paused job of the tenant; each endpoint is planned afresh."""

@@ -73,6 +73,10 @@ def payload_model(op: Operation) -> type[BaseModel] | None:
 def field_values(annotation: Any) -> st.SearchStrategy[Any]:
     """Extreme values for a field of this type (unions: any of their kinds)."""
     kinds = set(typing.get_args(annotation)) if _is_union(annotation) else {annotation}
+    # Strict and bounded types (api/schemas.py: Int, Id, Name...) are their base type here.
+    kinds = {
+        typing.get_args(k)[0] if typing.get_origin(k) is typing.Annotated else k for k in kinds
+    }
     choices: list[st.SearchStrategy[Any]] = []
     if int in kinds or bool in kinds:
         choices += [EXTREME_INTS, EXTREME_FLOATS]

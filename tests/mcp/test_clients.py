@@ -5,7 +5,8 @@
 - every tool is called with invalid ones (an unknown argument, a missing or mistyped
   one) and answers one readable sentence naming what was wrong: no pydantic text or
   links, no bare "Error executing tool";
-- every tool carries read-only, destructive and idempotent annotations, and its schema
+- every tool carries the annotations its method and kind give (a GET reads only, a
+  DELETE destroys: tests/mcp/test_annotations.py), and its schema
   needs no ``$ref`` and refuses unknown arguments;
 - the topic documents, the endpoint resource and the prompts are listed and read; another
   tenant's endpoint reads as not found; the server says its version and teaches its
@@ -34,6 +35,7 @@ from notifications.models import AlertState
 from tests.engine_processes import ROOT, child_database_url, process_env
 from tests.http_targets import TargetServer
 from tests.mcp.serving import http_client
+from tests.mcp.test_annotations import assert_annotations_follow_from_method_and_kind
 from tests.world import ApiWorld
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
@@ -240,8 +242,7 @@ def assert_as_an_assistant_needs(seen: dict[str, Any], world: ApiWorld) -> None:
         assert tool.input_schema["additionalProperties"] is False, tool.name
         for name, prop in tool.input_schema["properties"].items():
             assert prop.get("description"), (tool.name, name)
-    assert tools["list_jobs"].annotations.read_only_hint is True
-    assert tools["delete_job"].annotations.destructive_hint is True
+    assert_annotations_follow_from_method_and_kind(tools)
     assert tools["create_job"].annotations.idempotent_hint is False
     assert tools["set_hint"].input_schema["required"] == ["endpoint_id"]  # ttl_ms defaults
     # The tool calls did what they say.
