@@ -13,6 +13,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
+import httpx
 import redis
 from django.conf import settings
 from django.db import connection
@@ -138,6 +139,21 @@ def wait_for_workers(names: Sequence[str], *, timeout: float = 60) -> None:
         if answered >= set(names):
             return
     raise AssertionError(f"Celery workers {names} did not answer a ping within {timeout} s")
+
+
+def wait_answering(url: str, log: Path, *, timeout: float = 30) -> None:
+    """Until ``url`` answers at all (a server process started: Django loaded, port bound);
+    the end of its ``log`` in the failure otherwise."""
+
+    def answers() -> bool:
+        try:
+            httpx.get(url, timeout=1)
+        except httpx.TransportError:
+            return False
+        return True
+
+    if not wait_until(answers, timeout=timeout, every=0.1):
+        raise AssertionError(f"{url} did not answer in {timeout} s:\n{log.read_text()[-3000:]}")
 
 
 def wait_until(condition, *, timeout: float, every: float = 0.05) -> bool:

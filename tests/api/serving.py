@@ -6,15 +6,12 @@ waited for."""
 from __future__ import annotations
 
 import sys
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-import httpx
-
 from tests.compose import load_compose, service_command
-from tests.engine_processes import child_database_url, process_env, running
+from tests.engine_processes import child_database_url, process_env, running, wait_answering
 from tests.http_targets import free_port
 
 
@@ -42,13 +39,5 @@ def gunicorn_serving(logs: Path, **settings: str) -> Iterator[str]:
     command = service_command(load_compose()["services"]["web"], env)
     with running(command, env=env, log=logs / "gunicorn.log"):
         base_url = f"http://127.0.0.1:{port}"
-        deadline = time.monotonic() + 30  # for Django and gunicorn to start
-        while True:
-            try:
-                httpx.get(f"{base_url}/healthz", timeout=1)
-                break
-            except httpx.TransportError:
-                if time.monotonic() > deadline:
-                    raise AssertionError((logs / "gunicorn.log").read_text()[-3000:]) from None
-                time.sleep(0.1)
+        wait_answering(f"{base_url}/healthz", logs / "gunicorn.log")
         yield base_url

@@ -4,17 +4,21 @@ endpoint."""
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-import httpx
 import httpx2
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
-from tests.engine_processes import child_database_url, manage, process_env, running
+from tests.engine_processes import (
+    child_database_url,
+    manage,
+    process_env,
+    running,
+    wait_answering,
+)
 from tests.http_targets import free_port
 
 
@@ -25,13 +29,7 @@ def mcp_over_http(log: Path, **settings: str) -> Iterator[str]:
     port = free_port()
     env = process_env(DATABASE_URL=child_database_url(), **settings)
     with running(manage("mcp", "--http", "--port", str(port)), env=env, log=log):
-        deadline = time.monotonic() + 30  # for Django and uvicorn to start
-        while time.monotonic() < deadline:
-            try:
-                httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1)
-                break
-            except httpx.TransportError:
-                time.sleep(0.1)
+        wait_answering(f"http://127.0.0.1:{port}/healthz", log)
         yield f"http://127.0.0.1:{port}/mcp"
 
 
