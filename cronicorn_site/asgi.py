@@ -17,6 +17,7 @@ from typing import Any
 from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.core.asgi import get_asgi_application
+from django.db import close_old_connections
 
 from cronicorn_site.startup import load_settings_or_exit
 
@@ -24,7 +25,7 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "cronicorn_site.settings")
 load_settings_or_exit()
 django_app = get_asgi_application()
 
-from api.auth import bearer_key, principal_for_key  # noqa: E402 - needs Django set up
+from api.auth import Principal, bearer_key, principal_for_key  # noqa: E402 - needs Django set up
 from api.mcp_server import build_server, http_app  # noqa: E402
 
 mcp_app = http_app(build_server())
@@ -95,8 +96,20 @@ async def _authorized(scope: dict[str, Any]) -> int | None:
     raw = bearer_key(headers.get(b"authorization", b"").decode("latin-1"))
     if raw is None:
         return None
-    principal = await sync_to_async(principal_for_key)(raw)
+    principal = await sync_to_async(_principal_for_key)(raw)
     return principal.api_key_id if principal is not None else None
+
+
+def _principal_for_key(raw: str) -> Principal | None:
+    """The key's lookup framed as Django frames a request (its request_started and
+    request_finished signals, which this path does not send): a connection the database
+    dropped is found by the health check and opened anew, not reused broken for every
+    request after."""
+    close_old_connections()
+    try:
+        return principal_for_key(raw)
+    finally:
+        close_old_connections()
 
 
 async def _unauthorized(send: Any) -> None:

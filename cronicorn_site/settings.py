@@ -184,7 +184,9 @@ TEMPLATES = [
 # --- Database -------------------------------------------------------------------------
 DATABASE_URL = env_str("DATABASE_URL", f"sqlite:///{BASE_DIR / 'db.sqlite3'}")
 try:
-    _database = dj_database_url.parse(DATABASE_URL, conn_max_age=60)
+    # A connection kept between requests is checked (one SELECT 1) before a request reuses
+    # it: after a database restart the next request reconnects instead of failing.
+    _database = dj_database_url.parse(DATABASE_URL, conn_max_age=60, conn_health_checks=True)
 except (ValueError, KeyError) as exc:
     # The URL may carry a password: show it masked, and not the parser's echo of it.
     _shown = re.sub(r"(://[^:/@]*:)[^@]*@", r"\1••••@", DATABASE_URL)
