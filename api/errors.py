@@ -39,7 +39,8 @@ def problem_for(exc: Exception) -> Problem | None:
     if isinstance(exc, OperationRefused):
         return _problem(409, str(exc))
     if isinstance(exc, Throttled):
-        return _problem(429, f"Too many requests for this key; retry in {exc.wait} s.")
+        detail = getattr(exc, "detail", f"Too many requests for this key; retry in {exc.wait} s.")
+        return _problem(429, detail)
     if isinstance(exc, HttpError):
         return _problem(exc.status_code, str(exc))
     if isinstance(exc, RequestDataTooBig):

@@ -24,7 +24,7 @@ from ninja import Router, Status
 from ninja.errors import HttpError
 from pydantic import BaseModel
 
-from api.auth import Principal
+from api.auth import Principal, in_flight
 from api.errors import InvalidInput
 from api.models import IdempotentRequest
 from api.schemas import Problem
@@ -154,23 +154,30 @@ def _view(op: Operation) -> Callable[..., Any]:
     def view(request: HttpRequest, **arguments: Any) -> Any:
         principal: Principal = request.auth  # type: ignore[attr-defined]
         refuse_unknown_query(op, request)
-        key = request.headers.get("Idempotency-Key")
-        if op.idempotent and key is not None:
-            if not 1 <= len(key) <= MAX_IDEMPOTENCY_KEY:
-                raise HttpError(
-                    422,
-                    f"An Idempotency-Key has 1 to {MAX_IDEMPOTENCY_KEY} characters (at most "
-                    f"{MAX_IDEMPOTENCY_KEY}): a new one per request, the same one on its "
-                    "retries; or leave the header out.",
-                )
-            if principal.api_key_id is not None:
-                return _once(op, request, principal, key, arguments)
-        return Status(op.status, invoke(op, principal, arguments))
+        with in_flight(principal):
+            return _answer(op, request, principal, arguments)
 
     request_param = inspect.Parameter("request", inspect.Parameter.POSITIONAL_OR_KEYWORD)
     view.__signature__ = inspect.Signature([request_param, *op.params])  # type: ignore[attr-defined]
     view.__name__ = op.name
     return view
+
+
+def _answer(
+    op: Operation, request: HttpRequest, principal: Principal, arguments: dict[str, Any]
+) -> Any:
+    key = request.headers.get("Idempotency-Key")
+    if op.idempotent and key is not None:
+        if not 1 <= len(key) <= MAX_IDEMPOTENCY_KEY:
+            raise HttpError(
+                422,
+                f"An Idempotency-Key has 1 to {MAX_IDEMPOTENCY_KEY} characters (at most "
+                f"{MAX_IDEMPOTENCY_KEY}): a new one per request, the same one on its "
+                "retries; or leave the header out.",
+            )
+        if principal.api_key_id is not None:
+            return _once(op, request, principal, key, arguments)
+    return Status(op.status, invoke(op, principal, arguments))
 
 
 def refuse_unknown_query(op: Operation, request: HttpRequest) -> None:

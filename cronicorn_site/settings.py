@@ -317,6 +317,10 @@ CRONICORN_LLM_SESSION_TOKENS = env_int(
 # CRONICORN_API_CACHE_URL names one (so a fleet of web processes shares one count), this
 # process's memory otherwise (each worker counts alone on one machine).
 CRONICORN_API_RATE = env_str("CRONICORN_API_RATE", "1200/m")
+# REST requests of one key (or user) in flight at once, counted in the same cache: one
+# tenant's slow requests hold at most this many web workers (WEB_CONCURRENCY: set it
+# above this, so other tenants always find a free one).
+CRONICORN_API_CALLS_PER_KEY = env_int("CRONICORN_API_CALLS_PER_KEY", 4, minimum=1)
 CRONICORN_API_CACHE_URL = env_str("CRONICORN_API_CACHE_URL", "")
 CACHES = {
     "default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"},

@@ -33,8 +33,7 @@ def gunicorn_serving(logs: Path, **settings: str) -> Iterator[str]:
         PORT=str(port),
         # gunicorn binds 0.0.0.0:$PORT by default; loopback is enough here.
         GUNICORN_CMD_ARGS=f"--bind 127.0.0.1:{port}",
-        WEB_CONCURRENCY="1",
-        **settings,
+        **{"WEB_CONCURRENCY": "1", **settings},
     )
     command = service_command(load_compose()["services"]["web"], env)
     with running(command, env=env, log=logs / "gunicorn.log"):

@@ -58,6 +58,7 @@ def redis_api_cache(settings: Any) -> None:
         },
     }
     settings.CRONICORN_API_RATE = "10/h"
+    settings.CRONICORN_API_CALLS_PER_KEY = THREADS  # the rate alone decides here
 
 
 @pytest.mark.usefixtures("redis_api_cache")
@@ -91,7 +92,10 @@ def test_forty_concurrent_rest_requests_with_one_key_get_ten_answers(live_server
 
 
 @pytest.fixture
-def api_url(live_server: Any, api_world: ApiWorld) -> Iterator[str]:
+def api_url(live_server: Any, api_world: ApiWorld, settings: Any) -> Iterator[str]:
+    # One key's requests all at once: the quota and caps decide here, not the key's bound
+    # on requests in flight (tests/api/test_in_flight.py).
+    settings.CRONICORN_API_CALLS_PER_KEY = THREADS
     yield f"{live_server.url}/api/v1"
 
 
