@@ -39,3 +39,9 @@ worker_class = "cronicorn_site.gunicorn_worker.ProblemWorker"
 limit_request_line = settings.CRONICORN_WEB_MAX_REQUEST_LINE
 limit_request_field_size = settings.CRONICORN_WEB_MAX_HEADER_BYTES
 limit_request_fields = settings.CRONICORN_WEB_MAX_HEADERS
+
+
+def post_fork(server: Any, worker: Any) -> None:
+    """Each worker yields the CPU to the scheduler (CRONICORN_WEB_NICE); the arbiter,
+    which only watches them, keeps its priority."""
+    os.nice(settings.CRONICORN_WEB_NICE)

@@ -339,6 +339,11 @@ CACHES = {
 # fit, however their characters are encoded), more headers or longer ones than the next
 # two (431), both read by cronicorn_site/gunicorn.conf.py; a body over
 # DATA_UPLOAD_MAX_MEMORY_SIZE (413, Django's 2.5 MB default).
+# How much the web processes (gunicorn's workers, manage.py mcp --http) yield the CPU to
+# the scheduler on a machine they share (os.nice: 0 none, 19 most). The scheduler's promise
+# is time, the web's is throughput: a tenant's load on the API must not make another
+# tenant's runs late. On a machine or container of its own, a web process is unaffected.
+CRONICORN_WEB_NICE = env_int("CRONICORN_WEB_NICE", 10, minimum=0, maximum=19)
 CRONICORN_WEB_MAX_REQUEST_LINE = 8190
 CRONICORN_WEB_MAX_HEADER_BYTES = 8190
 CRONICORN_WEB_MAX_HEADERS = 100

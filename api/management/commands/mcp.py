@@ -26,6 +26,9 @@ class Command(BaseCommand):
     def handle(self, *args: Any, **options: Any) -> None:
         if options["http"]:
             import uvicorn
+            from django.conf import settings
+
+            os.nice(settings.CRONICORN_WEB_NICE)  # yields the CPU to the scheduler
 
             uvicorn.run(
                 "cronicorn_site.asgi:application",
