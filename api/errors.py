@@ -13,6 +13,7 @@ from ninja.errors import ValidationError as NinjaValidationError
 
 from api.schemas import Problem
 from endpoints.operations import OperationRefused
+from endpoints.wording import duration_words
 
 PROBLEM_TYPE = "application/problem+json"
 
@@ -66,16 +67,36 @@ def readable_errors(errors: Any) -> dict[str, list[str]]:
         loc = [str(part) for part in error.get("loc", ()) if part not in ("body", "query", "path")]
         if loc and loc[0] == "payload":
             loc = loc[1:]
-        fields.setdefault(".".join(loc) or "__all__", []).append(_message(error))
+        field = ".".join(loc) or "__all__"
+        fields.setdefault(field, []).append(_message(error, field))
     return fields
 
 
-def _message(error: Any) -> str:
+# pydantic's range errors, said as the forms say them (a duration in words, its unit).
+_BOUNDS = {
+    "less_than_equal": ("le", "at most", "smaller"),
+    "less_than": ("lt", "less than", "smaller"),
+    "greater_than_equal": ("ge", "at least", "larger"),
+    "greater_than": ("gt", "more than", "larger"),
+}
+
+
+def _message(error: Any, field: str) -> str:
     kind = error.get("type")
     if kind == "extra_forbidden":
         return "Unknown field; remove it (check its spelling)."
     if kind == "missing":
         return "Required; give a value."
+    if kind in _BOUNDS and isinstance(bound := error.get("ctx", {}).get(_BOUNDS[kind][0]), int):
+        _, relation, way = _BOUNDS[kind]
+        return f"Must be {relation} {_bound_words(field, bound)}; give a {way} value."
     message = str(error.get("msg", "Invalid value.")).removeprefix("Value error, ")
     # The rejected value is left out: it may be a secret header.
     return message if message.endswith(".") else f"{message}."
+
+
+def _bound_words(field: str, bound: int) -> str:
+    if field.endswith("_ms") and bound >= 1000:
+        return f"{duration_words(bound)} ({bound} ms)"
+    unit = {"_ms": " ms", "_kb": " KB", "_minutes": " minutes"}
+    return f"{bound}{next((u for end, u in unit.items() if field.endswith(end)), '')}"

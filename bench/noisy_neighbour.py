@@ -573,12 +573,14 @@ def scenario(args: dict[str, Any]) -> dict[str, Any]:
         CELERY_BROKER_URL=broker,
         CRONICORN_API_CACHE_URL=broker,  # one rate count per key across the web processes
         CRONICORN_MAX_IN_FLIGHT=str(args["in_flight"]),
+        CRONICORN_WEB_NICE=str(args["web_nice"]),
     )
     fresh_database(url)
     setup_django(url, **env)
     import redis
 
     redis.Redis.from_url(broker).flushdb()  # rate counts of an earlier run's keys
+    from django.conf import settings
     result: dict[str, Any] = {"engine": args["engine"], "load_before": load()}
     with Processes(env) as procs:
         world = start_world(args, procs)
@@ -600,7 +602,7 @@ def scenario(args: dict[str, Any]) -> dict[str, Any]:
         made = time.monotonic()
         world["a_job"], world["a_ids"] = make_a_endpoints(
             world["api"], world["keys"]["A"], world["a"], world["slow_url"], a_count, policy,
-            args["web_workers"],
+            min(args["web_workers"], settings.CRONICORN_API_CALLS_PER_KEY),  # the key's bound
         )  # fmt: skip
         result["a_endpoints"] = {"count": a_count, "made_in_s": round(time.monotonic() - made, 1)}
         idle = (max(b_start + args["warmup"], time.time() + 1), hostile[0])
@@ -727,8 +729,9 @@ def main() -> None:
     parser.add_argument("--tests", type=int, default=2, help="A's MCP test_endpoint clients")
     parser.add_argument("--analyses", type=int, default=2, help="A's concurrent analyses")
     parser.add_argument("--b-every", type=float, default=0.2, help="s, B's request schedule")
-    parser.add_argument("--web-workers", type=int, default=2, help="gunicorn sync workers")
+    parser.add_argument("--web-workers", type=int, default=6, help="gunicorn sync workers")
     parser.add_argument("--in-flight", type=int, default=200, help="CRONICORN_MAX_IN_FLIGHT")
+    parser.add_argument("--web-nice", type=int, default=10, help="CRONICORN_WEB_NICE (0: none)")
     parser.add_argument("--max-requests", type=int, default=20_000, help="per client loop")
     parser.add_argument("--broker", default="", help="Redis URL (default: db 8), flushed")
     parser.add_argument("--database-suffix", default="", help="cc_bench_noisy_<engine><suffix>")
