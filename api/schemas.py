@@ -663,6 +663,12 @@ class TenantOut(Schema):
     min_interval_ms: int
     monthly_token_budget: int
     tokens_used_this_month: int
+    tokens_reserved_now: int = Field(
+        description="Held by analyses running now beyond what they spent so far: an LLM "
+        "analysis reserves CRONICORN_LLM_SESSION_TOKENS before its first request and is "
+        "settled to what it spent when it ends. Budget left: monthly_token_budget minus "
+        "used minus reserved.",
+    )
     signs_requests: bool
     previous_secret_signs_until: datetime | None = Field(
         None,

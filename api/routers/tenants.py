@@ -11,13 +11,14 @@ from api.schemas import Message, SigningSecretOut, TenantOut
 from endpoints import operations
 from endpoints.models import Endpoint, Tenant
 from endpoints.wording import count_words
-from planner.analysis import tokens_spent_this_month
+from planner.analysis import tokens_committed_this_month, tokens_spent_this_month
 
 router = Router(tags=["tenant"])
 
 
 def _usage(tenant: Tenant) -> TenantOut:
-    tokens = tokens_spent_this_month(tenant.pk, now=timezone.now())
+    now = timezone.now()
+    tokens = tokens_spent_this_month(tenant.pk, now=now)
     return TenantOut(
         id=tenant.pk,
         name=tenant.name,
@@ -26,6 +27,7 @@ def _usage(tenant: Tenant) -> TenantOut:
         min_interval_ms=tenant.min_interval_ms,
         monthly_token_budget=tenant.monthly_token_budget,
         tokens_used_this_month=tokens,
+        tokens_reserved_now=tokens_committed_this_month(tenant.pk, now=now) - tokens,
         signs_requests=bool(tenant.hmac_secret),
         previous_secret_signs_until=tenant.hmac_previous_until,
     )

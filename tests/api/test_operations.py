@@ -32,7 +32,7 @@ from notifications.models import (
     DeliveryStatus,
 )
 from planner.analysis import analyze_endpoint
-from planner.models import AnalysisSession, Backend
+from planner.models import AnalysisSession, Backend, SessionStatus
 from tests.engine_processes import wait_until
 from tests.http_targets import TargetServer
 
@@ -412,3 +412,26 @@ def test_health_dashboard_and_tenant_count_the_keys_tenant(
     assert (me["name"], me["endpoints_used"], me["signs_requests"]) == ("Acme", 1, False)
     assert [t["id"] for t in http.get("/tenants").json()] == [tenant.pk]
     assert http.get(f"/endpoints/{endpoint_id}/sessions").json()["items"] == []
+
+
+def test_the_tenant_shows_tokens_spent_and_reserved_by_analyses_running_now(
+    http: httpx.Client, job: Job, tenant: Tenant
+) -> None:
+    endpoint = Endpoint.objects.get(pk=created(http, job)["id"])
+    now = timezone.now()
+    session = dict(endpoint=endpoint, backend=Backend.LLM, started_at=now)
+    AnalysisSession.objects.create(**session, status=SessionStatus.SUCCEEDED, total_tokens=700)
+    AnalysisSession.objects.create(  # running: 1 000 spent of the 50 000 it reserved
+        **session,
+        total_tokens=1_000,
+        reserved_tokens=50_000,
+        reserved_until=now + timedelta(minutes=5),
+    )
+    AnalysisSession.objects.create(  # its process died: the reservation lapsed
+        **session,
+        total_tokens=300,
+        reserved_tokens=50_000,
+        reserved_until=now - timedelta(seconds=1),
+    )
+    me = http.get(f"/tenants/{tenant.pk}").json()
+    assert (me["tokens_used_this_month"], me["tokens_reserved_now"]) == (2_000, 49_000)
