@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, cast
@@ -414,13 +414,19 @@ def import_config(
     now: datetime,
     prune: bool = False,
     dry_run: bool = False,
+    admit: Callable[[ImportPlan], list[str]] | None = None,
 ) -> ImportPlan:
     """Parse, check and (unless ``dry_run``) apply a file.
 
     Raises ConfigError, having written nothing, when anything in the file is invalid.
     """
     return import_document(
-        load_document(text, fmt=fmt), environ=environ, now=now, prune=prune, dry_run=dry_run
+        load_document(text, fmt=fmt),
+        environ=environ,
+        now=now,
+        prune=prune,
+        dry_run=dry_run,
+        admit=admit,
     )
 
 
@@ -431,17 +437,28 @@ def import_document(
     now: datetime,
     prune: bool = False,
     dry_run: bool = False,
+    admit: Callable[[ImportPlan], list[str]] | None = None,
 ) -> ImportPlan:
-    """``import_config`` for an already parsed document (``manage.py demo`` builds one)."""
+    """``import_config`` for an already parsed document (``manage.py demo`` builds one).
+
+    ``admit``: the caller's own refusals of a valid plan (the REST API's: a key changes no
+    tenant's settings); any problem it lists is raised as a ConfigError, nothing written."""
     config = read_config(document, environ=environ)
     if dry_run:
-        return plan_import(config, prune=prune)
+        return _admitted(plan_import(config, prune=prune), admit)
     # Planning inside the transaction: what was compared is what gets written.
     try:
         with transaction.atomic():
-            plan = plan_import(config, prune=prune)
+            plan = _admitted(plan_import(config, prune=prune), admit)
             apply_plan(plan, now=now)
     except IntegrityError as exc:
         # Only a rule the models' clean() does not mirror, or a concurrent edit, gets here.
         raise ConfigError([f"(database): a constraint refused the import: {exc}"]) from None
+    return plan
+
+
+def _admitted(plan: ImportPlan, admit: Callable[[ImportPlan], list[str]] | None) -> ImportPlan:
+    problems = admit(plan) if admit else []
+    if problems:
+        raise ConfigError(problems)
     return plan
