@@ -34,6 +34,17 @@ ROUTES: dict[str, tuple[str, str]] = {
 }
 
 
+class _NoRedirects(urllib.request.HTTPRedirectHandler):
+    """A redirect is refused, not followed: urllib would send the Authorization header
+    (the key) on to wherever it points, another host included."""
+
+    def redirect_request(self, *args: Any, **kwargs: Any) -> None:
+        return None
+
+
+_OPENER = urllib.request.build_opener(_NoRedirects)
+
+
 class Unreachable(Exception):
     """No answer from the server: a wrong URL, a server down, a network in the way."""
 
@@ -84,7 +95,7 @@ class Client:
         if data is not None:
             request.add_header("Content-Type", "application/json")
         try:
-            with urllib.request.urlopen(request, timeout=self.timeout) as response:  # noqa: S310
+            with _OPENER.open(request, timeout=self.timeout) as response:
                 return _json(response.read())
         except urllib.error.HTTPError as error:
             raise Refused(error.code, _problem(error), error.headers.get("Retry-After")) from None
@@ -101,6 +112,14 @@ def _json(raw: bytes) -> Any:
 
 
 def _problem(error: urllib.error.HTTPError) -> dict[str, Any]:
+    if 300 <= error.code < 400:
+        where = error.headers.get("Location", "elsewhere")
+        return {
+            "title": error.reason,
+            "status": error.code,
+            "detail": f"The server redirects to {where}; set CRONICORN_URL (or the profile's "
+            "url) to the address it names (the key is never sent on to a redirect).",
+        }
     raw = error.read()
     try:
         problem = json.loads(raw)

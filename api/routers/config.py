@@ -23,6 +23,7 @@ from api.operations import operation
 from endpoints.config_io.documents import ConfigError, dump_document, load_document
 from endpoints.config_io.exporting import export_config
 from endpoints.config_io.importing import ImportPlan, import_document
+from endpoints.config_io.schema import FORMAT_VERSION
 
 router = Router(tags=["config"])
 ACTIONS = ("created", "updated", "archived", "unchanged")
@@ -35,12 +36,14 @@ def export_configuration(
     """Export the caller's tenants, jobs and live endpoints as a configuration file (the
     format import_config reads); secrets are written as ${CRONICORN_SECRET_...} references."""
     names = list(tenants_of(principal).values_list("name", flat=True))
-    document: dict[str, Any] = {"version": 1, "tenants": []}
+    document: dict[str, Any] = {"version": FORMAT_VERSION, "tenants": []}
     references: list[str] = []
     if names:
         document, references = export_config(tenant_names=names, job_names=[job] if job else [])
     if job and not document["tenants"]:
-        raise HttpError(404, f"No job named {job!r} in your tenant.")
+        raise InvalidInput(
+            {"job": [f"No job named {job!r} in your tenant; leave job out for all."]}
+        )
     return ConfigExport(
         format=format,
         text=dump_document(document, fmt=format),

@@ -125,3 +125,13 @@ def test_a_read_key_may_export_but_not_import(api_world: ApiWorld) -> None:
     answer = post_import(api_world.read_key, text=alpha_file("x"), dry_run=True)
     assert answer.status_code == 403
     assert api(api_world.read_key).get("/api/v1/config", {"format": "json"}).status_code == 200
+
+
+def test_an_export_of_a_job_the_tenant_does_not_have_names_the_filter(api_world: ApiWorld) -> None:
+    mine = api(api_world.read_key).get("/api/v1/config", {"job": "ops-alpha"})
+    assert mine.status_code == 200 and "alpha-orders" in mine.json()["text"]
+    theirs = api(api_world.read_key).get("/api/v1/config", {"job": "beta-secret-job"})
+    assert theirs.status_code == 422
+    assert theirs.json()["errors"]["job"] == [
+        "No job named 'beta-secret-job' in your tenant; leave job out for all."
+    ]

@@ -1,12 +1,16 @@
 """Where ``cronicorn`` finds its server and key (cli/config.py): the environment, a profile
-of the config file, ``--profile`` and ``--url``; each mistake said in words."""
+of the config file, ``--profile`` and ``--url``; each mistake said in words. And a
+redirect, which the client refuses rather than send the key on."""
 
 from __future__ import annotations
 
+import http.server
+import threading
 from pathlib import Path
 
 import pytest
 
+from cli.client import Client, Refused
 from cli.config import ConfigProblem, config_path, load_settings
 
 CONFIG = """
@@ -78,3 +82,31 @@ def test_a_config_file_others_can_read_is_warned_about(environ: dict[str, str]) 
 def test_the_file_is_found_where_xdg_says() -> None:
     assert config_path({"HOME": "/home/op"}) == Path("/home/op/.config/cronicorn/config.toml")
     assert config_path({"XDG_CONFIG_HOME": "/cfg"}) == Path("/cfg/cronicorn/config.toml")
+
+
+def test_a_redirect_is_refused_and_the_key_never_follows_it() -> None:
+    """urllib would send the Authorization header on to the redirect's host."""
+    seen: list[str | None] = []
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            seen.append(self.headers.get("Authorization"))
+            self.send_response(302)
+            self.send_header("Location", f"http://127.0.0.1:{self.server.server_port}/other")
+            self.end_headers()
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = http.server.HTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        client = Client(f"http://127.0.0.1:{server.server_port}", "cc_secret")
+        with pytest.raises(Refused) as refused:
+            client.call("list_endpoints")
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert refused.value.status == 302
+    assert "The server redirects to http://127.0.0.1:" in refused.value.problem["detail"]
+    assert seen == ["Bearer cc_secret"]  # one request: the redirect was not followed
