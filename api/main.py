@@ -28,6 +28,7 @@ from api.openapi import complete
 from api.routers import (
     alert_rules,
     channels,
+    config,
     endpoints,
     health,
     history,
@@ -76,7 +77,7 @@ api = CronicornAPI(
     urls_namespace="api",
     docs_decorator=signed_in,
 )
-for module in (jobs, endpoints, runs, history, health, tenants, channels, alert_rules):
+for module in (jobs, endpoints, runs, history, health, tenants, channels, alert_rules, config):
     api.add_router("/", module.router)
 
 

@@ -45,6 +45,7 @@ TAGS = [
     {"name": "tenant", "description": "Limits, usage and the request-signing secret."},
     {"name": "alert channels", "description": "Where alerts go (email, webhook, Apprise)."},
     {"name": "alert rules", "description": "When a job's or an endpoint's alerts go out."},
+    {"name": "config", "description": "Configuration as code: export and import the file."},
 ]
 
 ERROR_DESCRIPTIONS = {
@@ -108,6 +109,9 @@ def complete(document: dict[str, Any]) -> dict[str, Any]:
                 continue
             _parameters(op, operation)
             _responses(op, operation, schemas)
+            # The MCP tool's hints, for a client that builds tools from this document
+            # (``cronicorn mcp``, cli/mcp_proxy.py), as the in-process server has them.
+            operation["x-mcp-hints"] = {k: v for k, v in op.annotations.items() if k != "title"}
             _request_example(operation, schemas)
     return document
 

@@ -49,6 +49,9 @@ PARAMETERS: dict[str, dict[str, Any]] = {
     },
     "since": {"description": "Only runs started at or after this time (ISO 8601)."},
     "until": {"description": "Only runs started before this time (ISO 8601)."},
+    # export_config's (api/routers/config.py).
+    "format": {"description": "The file's format: yaml (the default) or json."},
+    "job": {"description": "Only the job with this name (default: every job).", "max_length": 200},
 }
 STATUS_DESCRIPTIONS = {
     "list_jobs": "Only jobs in this state.",

@@ -29,6 +29,7 @@ APP_SERVICES = (
     "worker-execute",
     "worker-planner",
     "worker-notify",
+    "mcp",
 )
 
 

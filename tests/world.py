@@ -281,6 +281,11 @@ def sample_body(op: Operation, side: TenantWorld) -> dict[str, Any] | None:
         "update_channel": {"enabled": False},
         "set_alert_rule": {"job_id": side.job.pk, "after_failures": 4},
         "analyze_endpoint": {"backend": "rules"},
+        # Names the tenant, lists no job: a dry run that finds nothing to change.
+        "import_config": {
+            "text": f"version: 1\ntenants:\n  - name: {side.tenant.name}\n",
+            "dry_run": True,
+        },
     }
     return bodies.get(op.name)
 
@@ -300,5 +305,12 @@ def operations(*, write: bool | None = None) -> list[Operation]:
 
 def names_objects(op: Operation) -> bool:
     """Whether the call names a tenant's object (in its path, filters or body)."""
-    named = ("create_job", "create_endpoint", "create_channel", "list_endpoints", "set_alert_rule")
+    named = (
+        "create_job",
+        "create_endpoint",
+        "create_channel",
+        "list_endpoints",
+        "set_alert_rule",
+        "import_config",
+    )
     return "{" in op.path or op.name in named

@@ -19,6 +19,7 @@ from endpoints.config_io.schema import (
     same_value,
 )
 from endpoints.models import Endpoint, Job, Tenant
+from endpoints.progress import Progress, Tally
 from endpoints.secrets import (
     is_secret_header,
     replace_url_password,
@@ -29,22 +30,34 @@ from endpoints.secrets import (
 
 
 def export_config(
-    *, tenant_names: Iterable[str] = (), job_names: Iterable[str] = ()
+    *,
+    tenant_names: Iterable[str] = (),
+    job_names: Iterable[str] = (),
+    progress: Progress | None = None,
 ) -> tuple[dict[str, Any], list[str]]:
     """The document for the selected tenants and jobs (all when empty), and the
-    environment variables its secret references name."""
+    environment variables its secret references name. ``progress`` is told each endpoint
+    written (stage "exporting")."""
     tenants = Tenant.objects.prefetch_related("members").order_by("name")
     if tenant_names := list(tenant_names):
         tenants = tenants.filter(name__in=tenant_names)
     job_filter = list(job_names)
     references: list[str] = []
-    entries = [_export_tenant(tenant, job_filter, references) for tenant in tenants]
+    tally = Tally(progress, "exporting")
+    if progress is not None:
+        selected = Endpoint.objects.live().filter(job__tenant__in=tenants)
+        tally.total = (
+            selected.filter(job__name__in=job_filter) if job_filter else selected
+        ).count()
+    entries = [_export_tenant(tenant, job_filter, references, tally) for tenant in tenants]
     if job_filter:
         entries = [entry for entry in entries if entry.get("jobs")]
     return {"version": FORMAT_VERSION, "tenants": entries}, references
 
 
-def _export_tenant(tenant: Tenant, job_filter: list[str], references: list[str]) -> dict[str, Any]:
+def _export_tenant(
+    tenant: Tenant, job_filter: list[str], references: list[str], tally: Tally
+) -> dict[str, Any]:
     entry: dict[str, Any] = {"name": tenant.name}
     members = sorted(user.get_username() for user in tenant.members.all())
     if members:
@@ -60,7 +73,7 @@ def _export_tenant(tenant: Tenant, job_filter: list[str], references: list[str])
     jobs = tenant.jobs.order_by("name")
     if job_filter:
         jobs = jobs.filter(name__in=job_filter)
-    exported = [_export_job(tenant, job, references) for job in jobs]
+    exported = [_export_job(tenant, job, references, tally) for job in jobs]
     if exported:
         entry["jobs"] = exported
     return entry
@@ -83,7 +96,7 @@ def _export_channels(tenant: Tenant, references: list[str]) -> list[dict[str, An
     ]
 
 
-def _export_job(tenant: Tenant, job: Job, references: list[str]) -> dict[str, Any]:
+def _export_job(tenant: Tenant, job: Job, references: list[str], tally: Tally) -> dict[str, Any]:
     entry: dict[str, Any] = {"name": job.name}
     for key, spec in JOB_KEYS.items():
         value = getattr(job, spec.model_field)
@@ -91,10 +104,10 @@ def _export_job(tenant: Tenant, job: Job, references: list[str]) -> dict[str, An
             entry[key] = spec.to_file(value)
     if (alerts := _export_alerts(job=job)) is not None:
         entry["alerts"] = alerts
-    endpoints = [
-        _export_endpoint(tenant, job, endpoint, references)
-        for endpoint in job.endpoints.live().order_by("name")
-    ]
+    endpoints = []
+    for endpoint in job.endpoints.live().order_by("name"):
+        endpoints.append(_export_endpoint(tenant, job, endpoint, references))
+        tally.add()
     if endpoints:
         entry["endpoints"] = endpoints
     return entry

@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, cast
@@ -38,6 +38,7 @@ from endpoints.config_io.schema import (
 from endpoints.governor import REPLAN_FIELDS
 from endpoints.models import Endpoint, Job, Tenant
 from endpoints.operations import archive_endpoint, replan_after_edit, replan_job
+from endpoints.progress import Progress, Tally
 from endpoints.secrets import (
     MASK,
     is_secret_header,
@@ -88,6 +89,7 @@ class ImportPlan:
 @dataclass
 class _Planner:
     prune: bool
+    checked: Tally = field(default_factory=lambda: Tally(None, "checking"))
     problems: list[str] = field(default_factory=list)
     writes: list[_Write] = field(default_factory=list)
     pruned: list[Endpoint] = field(default_factory=list)
@@ -107,10 +109,14 @@ class _Planner:
                 self.problems.append(f"{location}: {message}")
 
 
-def plan_import(config: Config, *, prune: bool = False) -> ImportPlan:
+def plan_import(
+    config: Config, *, prune: bool = False, progress: Progress | None = None
+) -> ImportPlan:
     """What importing ``config`` would change; raises ConfigError listing every problem
-    (the reader's and the models') if anything is invalid."""
-    planner = _Planner(prune, problems=list(config.problems))
+    (the reader's and the models') if anything is invalid. ``progress`` is told each
+    endpoint checked (stage "checking")."""
+    total = sum(len(job.endpoints) for tenant in config.tenants for job in tenant.jobs)
+    planner = _Planner(prune, Tally(progress, "checking", total), problems=list(config.problems))
     for spec in config.tenants:
         if spec.name:
             _plan_tenant(planner, spec)
@@ -243,6 +249,7 @@ def _plan_endpoint(
     write.reschedule = write.change.action == "created" or bool(moved)
     if spec.alerts is not None:
         _plan_alerts(planner, spec.alerts, f"{job.name}/{spec.name}", endpoint=endpoint)
+    planner.checked.add()
 
 
 def _plan_alerts(
@@ -386,10 +393,13 @@ def _render(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False, sort_keys=True)
 
 
-def apply_plan(plan: ImportPlan, *, now: datetime) -> None:
-    """Write ``plan`` in one transaction; new and rescheduled endpoints go through the governor."""
+def apply_plan(plan: ImportPlan, *, now: datetime, progress: Progress | None = None) -> None:
+    """Write ``plan`` in one transaction; new and rescheduled endpoints go through the
+    governor. ``progress`` is told each object written (stage "writing")."""
+    written = Tally(progress, "writing", len(plan.writes))
     with transaction.atomic():
         for write in plan.writes:
+            written.add()
             instance = write.instance
             if write.change.action == "created":
                 instance.save()
@@ -414,13 +424,21 @@ def import_config(
     now: datetime,
     prune: bool = False,
     dry_run: bool = False,
+    admit: Callable[[ImportPlan], list[str]] | None = None,
+    progress: Progress | None = None,
 ) -> ImportPlan:
     """Parse, check and (unless ``dry_run``) apply a file.
 
     Raises ConfigError, having written nothing, when anything in the file is invalid.
     """
     return import_document(
-        load_document(text, fmt=fmt), environ=environ, now=now, prune=prune, dry_run=dry_run
+        load_document(text, fmt=fmt),
+        environ=environ,
+        now=now,
+        prune=prune,
+        dry_run=dry_run,
+        admit=admit,
+        progress=progress,
     )
 
 
@@ -431,17 +449,29 @@ def import_document(
     now: datetime,
     prune: bool = False,
     dry_run: bool = False,
+    admit: Callable[[ImportPlan], list[str]] | None = None,
+    progress: Progress | None = None,
 ) -> ImportPlan:
-    """``import_config`` for an already parsed document (``manage.py demo`` builds one)."""
+    """``import_config`` for an already parsed document (``manage.py demo`` builds one).
+
+    ``admit``: the caller's own refusals of a valid plan (the REST API's: a key changes no
+    tenant's settings); any problem it lists is raised as a ConfigError, nothing written."""
     config = read_config(document, environ=environ)
     if dry_run:
-        return plan_import(config, prune=prune)
+        return _admitted(plan_import(config, prune=prune, progress=progress), admit)
     # Planning inside the transaction: what was compared is what gets written.
     try:
         with transaction.atomic():
-            plan = plan_import(config, prune=prune)
-            apply_plan(plan, now=now)
+            plan = _admitted(plan_import(config, prune=prune, progress=progress), admit)
+            apply_plan(plan, now=now, progress=progress)
     except IntegrityError as exc:
         # Only a rule the models' clean() does not mirror, or a concurrent edit, gets here.
         raise ConfigError([f"(database): a constraint refused the import: {exc}"]) from None
+    return plan
+
+
+def _admitted(plan: ImportPlan, admit: Callable[[ImportPlan], list[str]] | None) -> ImportPlan:
+    problems = admit(plan) if admit else []
+    if problems:
+        raise ConfigError(problems)
     return plan

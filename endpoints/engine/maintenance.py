@@ -28,6 +28,7 @@ from endpoints.models import (
     RunStatus,
     Tenant,
 )
+from endpoints.progress import Progress, Tally
 
 PRUNE_BATCH_SIZE = 1_000
 
@@ -60,7 +61,7 @@ def retention_cycle(*, now: datetime) -> int:
     return deleted
 
 
-def prune_runs(*, now: datetime, exact: bool = False) -> int:
+def prune_runs(*, now: datetime, exact: bool = False, progress: Progress | None = None) -> int:
     """Delete runs older than the retention, always keeping each endpoint's latest runs
     (``CRONICORN_RUN_RETENTION_KEEP``) and every run still in flight.
 
@@ -73,23 +74,27 @@ def prune_runs(*, now: datetime, exact: bool = False) -> int:
     moved out first); the runs of the partition that straddles the cutoff wait for its
     drop unless ``exact``: an hourly prune deleting them would delete every run row by
     row as it ages, an hour at a time, and leave nothing to drop. Those runs stay up to
-    a week longer than the retention; ``cleanup_runs`` asks for ``exact``.
+    a week longer than the retention; ``cleanup_runs`` asks for ``exact``, and a
+    ``progress`` told the runs deleted after each statement (stage "deleting").
     """
+    tally = Tally(progress, "deleting")
     cutoff = now - timedelta(days=settings.CRONICORN_RUN_RETENTION_DAYS)
     keep = settings.CRONICORN_RUN_RETENTION_KEEP
     if connection.vendor != "postgresql":
-        deleted = _prune_by_endpoint(cutoff, keep)
+        deleted = _prune_by_endpoint(cutoff, keep, tally=tally)
     elif partitions.partitioned():
         partitions.create_ahead(now=now)
-        deleted = _prune_partitions(cutoff, keep, exact=exact)
+        deleted = _prune_partitions(cutoff, keep, exact=exact, tally=tally)
     else:  # migration 0017 not applied yet (it rewrites the table: a maintenance window)
-        deleted = _prune_postgresql(cutoff, keep, fetch(_PRUNE_FLOORS, [keep - 1, cutoff]))
+        floors = fetch(_PRUNE_FLOORS, [keep - 1, cutoff])
+        deleted = _prune_postgresql(cutoff, keep, floors, tally=tally)
     if deleted:
         log_event(logging.INFO, f"pruned {deleted} run(s) that started before {cutoff:%Y-%m-%d}")
     return deleted
 
 
-def _prune_by_endpoint(cutoff: datetime, keep: int) -> int:
+def _prune_by_endpoint(cutoff: datetime, keep: int, *, tally: Tally | None = None) -> int:
+    tally = tally or Tally(None, "deleting")
     old = Run.objects.filter(started_at__lt=cutoff).exclude(status=RunStatus.RUNNING)
     deleted = 0
     for endpoint_id in old.values_list("endpoint_id", flat=True).distinct().order_by():
@@ -97,7 +102,9 @@ def _prune_by_endpoint(cutoff: datetime, keep: int) -> int:
         keep_ids = list(kept.values_list("pk", flat=True)[:keep])
         candidates = old.filter(endpoint_id=endpoint_id).exclude(pk__in=keep_ids)
         while batch := list(candidates.values_list("pk", flat=True)[:PRUNE_BATCH_SIZE]):
-            deleted += Run.objects.filter(pk__in=batch).delete()[1].get("endpoints.Run", 0)
+            gone = Run.objects.filter(pk__in=batch).delete()[1].get("endpoints.Run", 0)
+            deleted += gone
+            tally.add(gone)
     return deleted
 
 
@@ -144,12 +151,18 @@ _PRUNE_ONE_ENDPOINT = _PRUNE_DELETE.format(
 
 
 def _prune_postgresql(
-    cutoff: datetime, keep: int, floors: list[Any], spared: tuple[datetime, datetime] | None = None
+    cutoff: datetime,
+    keep: int,
+    floors: list[Any],
+    spared: tuple[datetime, datetime] | None = None,
+    *,
+    tally: Tally | None = None,
 ) -> int:
     """Set-based retention: whole ranges of ``started_at`` (the ``endpoints_run_started``
     index) minus the few endpoints whose latest runs are old (``floors``), those one by
     one, leaving alone the runs due in ``spared``. Each statement commits on its own
     (autocommit)."""
+    tally = tally or Tally(None, "deleting")
     special = [endpoint_id for endpoint_id, _at, _id in floors]
     outside = list(spared or (cutoff, cutoff))
     deleted = 0
@@ -159,12 +172,16 @@ def _prune_postgresql(
         hi = min(found[0][0], cutoff) if found else cutoff
         if hi <= lo:  # more than a batch started in the same microsecond
             hi = min(lo + timedelta(microseconds=1), cutoff)
-        deleted += fetch(_PRUNE_RANGE, [lo, hi, special, *outside], prepare=False)[0][0]
+        gone = fetch(_PRUNE_RANGE, [lo, hi, special, *outside], prepare=False)[0][0]
+        deleted += gone
+        tally.add(gone)
         lo = hi
     for endpoint_id, floor_at, floor_id in floors:
         if floor_at is not None:  # NULL: fewer runs than ``keep``, all kept
             one = [endpoint_id, cutoff, floor_at, floor_id, *outside]
-            deleted += fetch(_PRUNE_ONE_ENDPOINT, one)[0][0]
+            gone = fetch(_PRUNE_ONE_ENDPOINT, one)[0][0]
+            deleted += gone
+            tally.add(gone)
     return deleted
 
 
@@ -192,11 +209,14 @@ AND EXISTS (SELECT 1 FROM {p} AS o WHERE o.id = r.retry_of_id)
 """
 
 
-def _prune_partitions(cutoff: datetime, keep: int, *, exact: bool) -> int:
+def _prune_partitions(
+    cutoff: datetime, keep: int, *, exact: bool, tally: Tally | None = None
+) -> int:
     """Drop the partitions entirely before ``cutoff``, oldest first, keeping what the
     rules keep; then the set-based statements for the rest (the DEFAULT partition, runs
     started long after their slot, and when ``exact`` the partition that straddles the
     cutoff)."""
+    tally = tally or Tally(None, "deleting")
     floors = fetch(_PRUNE_FLOORS, [keep - 1, cutoff])
     columns = [list(column) for column in zip(*floors, strict=True)] or [[], [], []]
     deleted = 0
@@ -207,11 +227,12 @@ def _prune_partitions(cutoff: datetime, keep: int, *, exact: bool) -> int:
         if not partitions.drop(start, keep=kept, since=cutoff):
             return deleted  # the lock was busy: the rest waits for the next prune
         deleted += total - len(kept)
+        tally.add(total - len(kept))
     # Only a partition that exists will be dropped: runs of that range held by DEFAULT go.
     straddling = partitions.start_of(cutoff)
     waits = not exact and straddling in partitions.starts()
     spared = (straddling, straddling + partitions.WIDTH) if waits else None
-    return deleted + _prune_postgresql(cutoff, keep, floors, spared)
+    return deleted + _prune_postgresql(cutoff, keep, floors, spared, tally=tally)
 
 
 def end_signing_grace(*, now: datetime) -> int:

@@ -119,6 +119,15 @@ def valid_steps(world: ApiWorld, target_url: str) -> list[Step]:
         ("dashboard_stats", lambda s: {}, None),
         ("list_tenants", lambda s: {}, None),
         ("get_tenant", lambda s: {"tenant_id": a.tenant.pk}, None),
+        ("export_config", lambda s: {"format": "json"}, None),
+        (
+            "import_config",
+            lambda s: {
+                "text": f"version: 1\ntenants:\n  - name: {a.tenant.name}\n",
+                "dry_run": True,
+            },
+            None,
+        ),
         ("list_channels", lambda s: {}, None),
         (
             "create_channel",

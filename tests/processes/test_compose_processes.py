@@ -1,11 +1,13 @@
 """The production process lines, started here without Docker, schedule a real endpoint.
 
 The commands are read from docker-compose.yml (so they are the same lines the
-deployment runs): migrate, gunicorn, celery beat and the tick, execute and planner
-workers, against a PostgreSQL database made for this test and the test Redis. Then an
-endpoint on a local HTTP server runs end to end; /readyz is 200; /metrics shows the run;
-the run's log lines are found by its claim token and run id, from claim to reschedule;
-and once beat stops, /readyz turns 503 within its tick-age threshold.
+deployment runs): migrate, gunicorn, the MCP server, celery beat and the tick, execute,
+planner and notify workers, against a PostgreSQL database made for this test and the test
+Redis. Then an endpoint on a local HTTP server runs end to end; /readyz is 200; every
+service's compose healthcheck passes; /metrics shows the run; the run's log lines are
+found by its claim token and run id, from claim to reschedule; and once beat stops,
+/readyz turns 503 within its tick-age threshold and beat's healthcheck fails, as does a
+stopped worker's.
 """
 
 from __future__ import annotations
@@ -31,17 +33,38 @@ from django.db import connection
 from pytest_httpserver import HTTPServer
 
 from cronicorn_site.celery import app
-from tests.compose import REPO, load_compose, service_command
+from tests.compose import REPO, interpolate, load_compose, service_command
 from tests.http_targets import free_port
 
 pytestmark = pytest.mark.slow
 
 TOKEN = "process-test-metrics-token"
 MAX_TICK_AGE = 3
-SERVICES = ("web", "beat", "worker-tick", "worker-execute", "worker-planner")
-WORKERS = {"worker-tick": "tick", "worker-execute": "execute", "worker-planner": "planner"}
+SERVICES = (
+    "web",
+    "mcp",
+    "beat",
+    "worker-tick",
+    "worker-execute",
+    "worker-planner",
+    "worker-notify",
+)
+WORKERS = {
+    "worker-tick": "tick",
+    "worker-execute": "execute",
+    "worker-planner": "planner",
+    "worker-notify": "notify",
+}
 # Our queues and Celery's bookkeeping in the broker; cleared so no earlier message leaks in.
-BROKER_KEYS = ("tick", "execute", "maintenance", "planner", "unacked", "unacked_index")
+BROKER_KEYS = (
+    "tick",
+    "execute",
+    "maintenance",
+    "planner",
+    "notify",
+    "unacked",
+    "unacked_index",
+)
 T = TypeVar("T")
 
 
@@ -106,6 +129,9 @@ def process_env(process_database: str, tmp_path: Path) -> dict[str, str]:
         CRONICORN_EXECUTE_CONCURRENCY="4",
         CRONICORN_MAX_IN_FLIGHT="4",
         PORT=str(port),
+        # The mcp service's address and port, which compose interpolates into its lines.
+        MCP_HOST="127.0.0.1",
+        MCP_PORT=str(free_port()),
         # gunicorn binds 0.0.0.0:$PORT by default; loopback is enough here.
         GUNICORN_CMD_ARGS=f"--bind 127.0.0.1:{port}",
         WEB_CONCURRENCY="1",
@@ -157,6 +183,19 @@ class Fleet:
 
     def stop_all(self) -> None:
         self.stop(*self.processes)
+
+    def healthcheck(self, name: str) -> subprocess.CompletedProcess[str]:
+        """The service's compose healthcheck, run as Docker runs it in the container:
+        CMD as the program and its arguments, CMD-SHELL through sh; $HOSTNAME the host's
+        (a container's hostname is its workers' %h)."""
+        test = self.services[name]["healthcheck"]["test"]
+        kind, *args = (interpolate(str(part), self.env) for part in test)
+        assert kind in ("CMD", "CMD-SHELL"), test
+        argv = args if kind == "CMD" else ["sh", "-c", args[0]]
+        env = {**self.env, "HOSTNAME": socket.gethostname()}
+        return subprocess.run(
+            argv, cwd=REPO, env=env, capture_output=True, text=True, timeout=60, check=False
+        )
 
     def get(self, path: str, **headers: str) -> tuple[int, bytes]:
         request = urllib.request.Request(self.base_url + path, headers=headers)
@@ -247,7 +286,7 @@ def test_the_compose_process_lines_run_an_endpoint_and_report_health_metrics_and
 
     # Due at once: it runs as soon as beat and the workers are up.
     endpoint_id = int(fleet.shell(CREATE_ENDPOINT.format(url=httpserver.url_for("/probe"))))
-    wait_for("the three workers never answered a ping", workers_answer, timeout=90, logs=fleet.logs)
+    wait_for("the four workers never answered a ping", workers_answer, timeout=90, logs=fleet.logs)
     ready = wait_for(
         "/readyz never answered 200",
         lambda: fleet.get("/readyz")[0] == 200,
@@ -267,6 +306,14 @@ def test_the_compose_process_lines_run_an_endpoint_and_report_health_metrics_and
 
     status, body = fleet.get("/readyz")
     assert status == 200, body
+    # Every long-running service's healthcheck passes against the running processes.
+    for name in SERVICES:
+        wait_for(
+            f"the {name} service's healthcheck never passed",
+            lambda name=name: fleet.healthcheck(name).returncode == 0,
+            timeout=60,
+            logs=fleet.logs,
+        )
     assert fleet.get("/metrics")[0] == 401
     run_counter = (
         'cronicorn_runs_total{source="baseline-interval",status="success",trigger="scheduled"} 1.0'
@@ -312,4 +359,11 @@ def test_the_compose_process_lines_run_an_endpoint_and_report_health_metrics_and
     assert elapsed <= MAX_TICK_AGE + 3, elapsed
     checks = json.loads(fleet.get("/readyz")[1])["checks"]
     assert checks["tick"]["ok"] is False
+    # Beat's healthcheck fails once its ticks stop; a stopped worker's ping goes unanswered.
+    assert fleet.healthcheck("beat").returncode != 0
+    fleet.stop("worker-notify")
+    unanswered = fleet.healthcheck("worker-notify")
+    assert unanswered.returncode != 0 and "No nodes replied" in unanswered.stderr + (
+        unanswered.stdout
+    )
     assert all(checks[name]["ok"] for name in ("database", "migrations", "broker"))

@@ -238,7 +238,7 @@ print(json.dumps({
 
 def test_the_image_installs_from_the_lock_at_build_time_and_runs_unprivileged() -> None:
     dockerfile = (REPO / "Dockerfile").read_text()
-    assert dockerfile.startswith("#") and "\nFROM python:3.11-slim\n" in dockerfile
+    assert dockerfile.startswith("#") and "\nFROM python:3.11-slim AS runtime\n" in dockerfile
     assert "uv sync --frozen --no-dev" in dockerfile
     assert "collectstatic" in dockerfile
     user = re.findall(r"^USER (\S+)$", dockerfile, re.MULTILINE)

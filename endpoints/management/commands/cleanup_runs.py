@@ -10,6 +10,7 @@ from django.core.management.base import BaseCommand, CommandParser
 from django.utils import timezone
 
 from endpoints.engine.maintenance import prune_runs
+from endpoints.management.commands._progress import progress_bars
 from endpoints.management.commands._shared import iso, parse_duration, to_json
 from endpoints.wording import count_words
 
@@ -41,7 +42,8 @@ class Command(BaseCommand):
         )
         # prune_runs deletes what started before ``now - retention``; shifting ``now``
         # moves that cutoff to ``now - older_than`` without a second copy of the rules.
-        deleted = prune_runs(now=now - older_than + retention, exact=True)
+        with progress_bars() as progress:
+            deleted = prune_runs(now=now - older_than + retention, exact=True, progress=progress)
         cutoff = now - older_than
         if options["json"]:
             self.stdout.write(to_json({"deleted": deleted, "started_before": iso(cutoff)}))

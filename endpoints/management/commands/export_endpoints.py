@@ -9,6 +9,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from endpoints.config_io.documents import dump_document
 from endpoints.config_io.exporting import export_config
+from endpoints.management.commands._progress import progress_bars
 
 
 class Command(BaseCommand):
@@ -43,9 +44,10 @@ class Command(BaseCommand):
         )
 
     def handle(self, *args: Any, **options: Any) -> None:
-        document, references = export_config(
-            tenant_names=options["tenant"], job_names=options["job"]
-        )
+        with progress_bars() as progress:
+            document, references = export_config(
+                tenant_names=options["tenant"], job_names=options["job"], progress=progress
+            )
         if (options["tenant"] or options["job"]) and not document["tenants"]:
             raise CommandError(
                 "Nothing matches --tenant/--job; check the names with manage.py endpoints."

@@ -13,6 +13,7 @@ from django.utils import timezone
 
 from endpoints.config_io.documents import ConfigError
 from endpoints.config_io.importing import Change, ImportPlan, import_config
+from endpoints.management.commands._progress import progress_bars
 from endpoints.management.commands._shared import to_json
 
 SYMBOLS = {"created": "+", "updated": "~", "unchanged": "=", "archived": "-"}
@@ -61,14 +62,16 @@ class Command(BaseCommand):
         text = read_text(path)
         fmt = options["format"] or ("json" if path.lower().endswith(".json") else "yaml")
         try:
-            plan = import_config(
-                text,
-                fmt=fmt,
-                environ=os.environ,
-                now=timezone.now(),
-                prune=options["prune"],
-                dry_run=options["dry_run"],
-            )
+            with progress_bars() as progress:
+                plan = import_config(
+                    text,
+                    fmt=fmt,
+                    environ=os.environ,
+                    now=timezone.now(),
+                    prune=options["prune"],
+                    dry_run=options["dry_run"],
+                    progress=progress,
+                )
         except ConfigError as exc:
             count = len(exc.problems)
             listing = "\n".join(f"  {problem}" for problem in exc.problems)
