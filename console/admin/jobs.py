@@ -56,6 +56,7 @@ from console.charts import (
     duration_chart,
 )
 from endpoints import operations
+from endpoints.audit import Actor
 from endpoints.choices import PauseSource
 from endpoints.governor import explain_plan
 from endpoints.models import Endpoint, HintHistory, HintKind, Job, Run, RunStatus, Tenant
@@ -94,20 +95,26 @@ class TenantAdmin(DeletesForGood, NoSecretLookups):
     @admin.action(description="Pause every job of the selected tenants")
     def pause_tenants(self, request: HttpRequest, queryset: QuerySet[Tenant]) -> None:
         for tenant in queryset:
-            count = operations.pause_tenant(tenant, now=timezone.now(), user=request.user)
+            count = operations.pause_tenant(
+                tenant, now=timezone.now(), actor=Actor.person(request.user)
+            )
             self.message_user(request, f"{tenant.name}: {count_words(count, 'job')} paused.")
 
     @admin.action(description="Resume every paused job of the selected tenants")
     def resume_tenants(self, request: HttpRequest, queryset: QuerySet[Tenant]) -> None:
         for tenant in queryset:
-            count = operations.resume_tenant(tenant, now=timezone.now(), user=request.user)
+            count = operations.resume_tenant(
+                tenant, now=timezone.now(), actor=Actor.person(request.user)
+            )
             self.message_user(request, f"{tenant.name}: {count_words(count, 'job')} resumed.")
 
     @admin.action(description="Rotate the signing secret (the previous one signs for a while)")
     def rotate_signing_secret(self, request: HttpRequest, queryset: QuerySet[Tenant]) -> None:
         now = timezone.now()
         for tenant in queryset:
-            secret = operations.rotate_signing_secret(tenant, now=now)
+            secret = operations.rotate_signing_secret(
+                tenant, now=now, actor=Actor.person(request.user)
+            )
             until = tenant.hmac_previous_until
             also = (
                 f" The previous secret also signs until {until:%Y-%m-%d %H:%M} UTC."
@@ -201,9 +208,10 @@ class JobAdmin(DeletesForGood, TenantScopedAdmin):
         return ("status", "endpoints_link") if obj else ("endpoints_link",)
 
     def save_model(self, request: HttpRequest, obj: Any, form: Any, change: bool) -> None:
-        super().save_model(request, obj, form, change)
-        if change and "run_policy" in form.changed_data:  # its endpoints' windows may move
-            operations.replan_job(obj, now=timezone.now())
+        editable = {f.name for f in self.opts.concrete_fields}
+        changed = [name for name in form.changed_data if name in editable] if change else None
+        actor = Actor.person(request.user)
+        operations.save_job(obj, now=timezone.now(), changed=changed, actor=actor)
 
     def formfield_for_foreignkey(self, db_field: Any, request: HttpRequest, **kwargs: Any) -> Any:
         if db_field.name == "tenant":
@@ -222,7 +230,9 @@ class JobAdmin(DeletesForGood, TenantScopedAdmin):
         now = timezone.now()
         for job in queryset:
             try:
-                due, left_out = operations.run_job_now(job, now=now, user=request.user)
+                due, left_out = operations.run_job_now(
+                    job, now=now, actor=Actor.person(request.user)
+                )
             except operations.OperationRefused as exc:
                 self.message_user(request, f"{job.name}: {exc}", messages.ERROR)
                 continue
@@ -257,7 +267,7 @@ class JobAdmin(DeletesForGood, TenantScopedAdmin):
         names = []
         for job in queryset:
             try:
-                operation(job, now=now, user=request.user)
+                operation(job, now=now, actor=Actor.person(request.user))
                 names.append(job.name)
             except operations.OperationRefused as exc:
                 self.message_user(request, f"{job.name}: {exc}", messages.ERROR)
@@ -378,6 +388,7 @@ class EndpointAdmin(DeletesForGood, TenantScopedAdmin):
             now=timezone.now(),
             changed=[name for name in form.changed_data if name in editable] if change else None,
             schedule_changed=form.schedule_changed(),
+            actor=Actor.person(request.user),
         )
 
     # --- list columns -------------------------------------------------------------------

@@ -14,6 +14,8 @@ from django.contrib.auth import get_user_model
 from django.core.exceptions import NON_FIELD_ERRORS, ValidationError
 from django.db import IntegrityError, models, transaction
 
+from endpoints import audit
+from endpoints.audit import Actor
 from endpoints.config_io.documents import ConfigError, load_document
 from endpoints.config_io.schema import (
     ALERT_KEYS,
@@ -386,8 +388,10 @@ def _render(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False, sort_keys=True)
 
 
-def apply_plan(plan: ImportPlan, *, now: datetime) -> None:
-    """Write ``plan`` in one transaction; new and rescheduled endpoints go through the governor."""
+def apply_plan(plan: ImportPlan, *, now: datetime, actor: Actor = Actor.SYSTEM) -> None:
+    """Write ``plan`` in one transaction; new and rescheduled endpoints go through the
+    governor. Each tenant, job and endpoint created or updated is an audit entry with the
+    changes the plan describes (secrets masked there)."""
     with transaction.atomic():
         for write in plan.writes:
             instance = write.instance
@@ -402,8 +406,17 @@ def apply_plan(plan: ImportPlan, *, now: datetime) -> None:
                 replan_job(instance, now=now)
             elif write.reschedule:
                 replan_after_edit(instance, now=now)  # type: ignore[arg-type]
+            _record(write, actor=actor, now=now)
         for endpoint in plan.prune:
-            archive_endpoint(endpoint, now=now)
+            archive_endpoint(endpoint, now=now, actor=actor)
+
+
+def _record(write: _Write, *, actor: Actor, now: datetime) -> None:
+    change = write.change
+    if change.kind not in ("tenant", "job", "endpoint") or change.action == "unchanged":
+        return
+    fields = [{"field": f.name, "before": f.old, "after": f.new} for f in change.fields]
+    audit.record(actor, write.instance, change.action, now=now, changes=fields, reason="import")
 
 
 def import_config(
@@ -414,13 +427,19 @@ def import_config(
     now: datetime,
     prune: bool = False,
     dry_run: bool = False,
+    actor: Actor = Actor.SYSTEM,
 ) -> ImportPlan:
     """Parse, check and (unless ``dry_run``) apply a file.
 
     Raises ConfigError, having written nothing, when anything in the file is invalid.
     """
     return import_document(
-        load_document(text, fmt=fmt), environ=environ, now=now, prune=prune, dry_run=dry_run
+        load_document(text, fmt=fmt),
+        environ=environ,
+        now=now,
+        prune=prune,
+        dry_run=dry_run,
+        actor=actor,
     )
 
 
@@ -431,6 +450,7 @@ def import_document(
     now: datetime,
     prune: bool = False,
     dry_run: bool = False,
+    actor: Actor = Actor.SYSTEM,
 ) -> ImportPlan:
     """``import_config`` for an already parsed document (``manage.py demo`` builds one)."""
     config = read_config(document, environ=environ)
@@ -440,7 +460,7 @@ def import_document(
     try:
         with transaction.atomic():
             plan = plan_import(config, prune=prune)
-            apply_plan(plan, now=now)
+            apply_plan(plan, now=now, actor=actor)
     except IntegrityError as exc:
         # Only a rule the models' clean() does not mirror, or a concurrent edit, gets here.
         raise ConfigError([f"(database): a constraint refused the import: {exc}"]) from None

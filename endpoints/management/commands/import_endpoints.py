@@ -11,6 +11,7 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.utils import timezone
 
+from endpoints.audit import Actor
 from endpoints.config_io.documents import ConfigError
 from endpoints.config_io.importing import Change, ImportPlan, import_config
 from endpoints.management.commands._shared import to_json
@@ -68,6 +69,7 @@ class Command(BaseCommand):
                 now=timezone.now(),
                 prune=options["prune"],
                 dry_run=options["dry_run"],
+                actor=Actor.command(),
             )
         except ConfigError as exc:
             count = len(exc.problems)
