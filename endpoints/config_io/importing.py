@@ -406,12 +406,12 @@ def apply_plan(plan: ImportPlan, *, now: datetime, actor: Actor = Actor.SYSTEM) 
                 replan_job(instance, now=now)
             elif write.reschedule:
                 replan_after_edit(instance, now=now)  # type: ignore[arg-type]
-            _record(write, actor=actor, now=now)
+            _audit(write, actor=actor, now=now)
         for endpoint in plan.prune:
             archive_endpoint(endpoint, now=now, actor=actor)
 
 
-def _record(write: _Write, *, actor: Actor, now: datetime) -> None:
+def _audit(write: _Write, *, actor: Actor, now: datetime) -> None:
     change = write.change
     if change.kind not in ("tenant", "job", "endpoint") or change.action == "unchanged":
         return
