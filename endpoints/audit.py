@@ -296,6 +296,19 @@ def render(value: Any) -> str:
     return text if len(text) <= MAX_VALUE_CHARS else text[: MAX_VALUE_CHARS - 1] + "…"
 
 
+OBJECT_TYPES = ("endpoint", "job", "tenant")
+
+
+def parse_object(text: str) -> tuple[str, int]:
+    """``endpoint:12`` as ("endpoint", 12); ValueError in words otherwise."""
+    kind, _, pk = text.strip().partition(":")
+    if kind not in OBJECT_TYPES or not pk.isdecimal() or not 1 <= int(pk) < 2**63:
+        raise ValueError(
+            f"{text!r} names no object; write its type and id, e.g. endpoint:12, job:3 or tenant:1."
+        )
+    return kind, int(pk)
+
+
 def note_tick(previous: datetime | None, *, now: datetime) -> None:
     """Called by the tick with its heartbeat's time before this pass: a long silence
     before it is kept as a ``SchedulerGap``."""

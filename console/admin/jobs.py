@@ -46,6 +46,7 @@ from console.admin.filters import (
     scope,
 )
 from console.admin.forms import EndpointAdminForm, PauseUntilForm, TenantAdminForm
+from console.admin.history import changes_of
 from console.admin.preview import preview_view
 from console.charts import (
     Bar,
@@ -191,8 +192,10 @@ class JobAdmin(DeletesForGood, TenantScopedAdmin):
         "max_concurrent",
         "run_policy",
         "endpoints_link",
+        "changes",
     )
-    readonly_fields = ("endpoints_link",)
+    readonly_fields = ("endpoints_link", "changes")
+    changes = changes_of
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Any]:
         # An aggregate drops Meta.ordering, so order explicitly (autocomplete paginates it).
@@ -205,7 +208,7 @@ class JobAdmin(DeletesForGood, TenantScopedAdmin):
 
     def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> Any:
         # A job's status changes through pause/resume, which reschedule its endpoints.
-        return ("status", "endpoints_link") if obj else ("endpoints_link",)
+        return ("status", "endpoints_link", "changes") if obj else ("endpoints_link", "changes")
 
     def save_model(self, request: HttpRequest, obj: Any, form: Any, change: bool) -> None:
         editable = {f.name for f in self.opts.concrete_fields}
@@ -322,7 +325,9 @@ class EndpointAdmin(DeletesForGood, TenantScopedAdmin):
         "failure_count",
         "last_run_at",
         "archived_at",
+        "changes",
     )
+    changes = changes_of
     fieldsets = (
         ("Request", {"fields": ("job", "name", "url", "method", "headers", "secret_header_names",
                                 "body", "timeout_ms", "max_response_size_kb")}),
@@ -374,7 +379,8 @@ class EndpointAdmin(DeletesForGood, TenantScopedAdmin):
 
     def get_fieldsets(self, request: HttpRequest, obj: Any = None) -> Any:
         # The state comes first on a change page: it is what a person opens it for.
-        return (self.state_fieldset, *self.fieldsets) if obj else self.fieldsets
+        history = ("History of changes", {"fields": ("changes",)})
+        return (self.state_fieldset, *self.fieldsets, history) if obj else self.fieldsets
 
     def formfield_for_foreignkey(self, db_field: Any, request: HttpRequest, **kwargs: Any) -> Any:
         if db_field.name == "job":
