@@ -52,6 +52,7 @@ PARAMETERS: dict[str, dict[str, Any]] = {
         "job:3 or tenant:1.",
         "max_length": 40,
     },
+    "at": {"description": "The past instant asked about (ISO 8601; UTC without an offset)."},
     "since": {"description": "Only runs started at or after this time (ISO 8601)."},
     "until": {"description": "Only runs started before this time (ISO 8601)."},
 }

@@ -1,16 +1,21 @@
-"""The audit trail: who changed what, newest first, for the caller's tenants."""
+"""Who changed what (the audit trail, newest first, for the caller's tenants), and why a
+past slot of an endpoint ran or did not."""
 
 from __future__ import annotations
 
 from datetime import datetime
 
+from django.utils import timezone
 from ninja import Field, Router, Schema
 
 from api.auth import Principal
 from api.errors import InvalidInput
 from api.operations import operation
 from api.pagination import DEFAULT_LIMIT, Page, keyset_page
+from api.routers.endpoints import scoped_endpoint
+from api.schemas import IsoTime
 from endpoints.audit import AuditEntry, parse_object
+from endpoints.past import PastSlot, explain_past
 
 router = Router(tags=["audit"])
 
@@ -64,3 +69,34 @@ def list_audit(
             raise InvalidInput({"object": [str(exc)]}) from None
         entries = entries.filter(object_type=kind, object_id=pk)
     return keyset_page(entries, key="at", cursor=cursor, limit=limit, descending=True)
+
+
+class SlotOut(Schema):
+    at: datetime = Field(description="The instant asked about.")
+    slot: datetime = Field(description="The slot that was due at that instant.")
+    reason: str = Field(
+        description="ran, skipped, not-created, archived, job, paused, breaker, window, "
+        "scheduler-down, hint or unknown."
+    )
+    words: str = Field(description="What happened to the slot, in a sentence.")
+    run_id: int | None = Field(description="The slot's run (get_run), if it ran or was skipped.")
+    actor: str = Field(description="Who paused or archived it, if someone did.")
+    until: datetime | None = Field(description="The end of the pause it fell in, if paused.")
+
+
+@operation(router, "get", "/endpoints/{endpoint_id}/explain", name="explain_slot", response=SlotOut)
+def explain_slot(principal: Principal, endpoint_id: int, at: IsoTime) -> PastSlot:
+    """Why the endpoint's slot due at a past instant ``at`` ran or did not.
+
+    From what was recorded, not planned again: its run (ran, or skipped by the catch-up
+    window), the audit trail (archived, its job paused), the hint history (paused by whom
+    until when, the breaker open, a hint), the scheduler's gaps (not running), the run
+    policy's windows.
+    """
+    endpoint = scoped_endpoint(principal, endpoint_id)
+    now = timezone.now()
+    if at > now:
+        raise InvalidInput(
+            {"at": ["Give a past time; for the next runs ask get_endpoint or preview_runs."]}
+        )
+    return explain_past(endpoint, at, now=now)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import asdict, replace
 from datetime import datetime
 from typing import Any
 from zoneinfo import ZoneInfo
@@ -28,6 +28,7 @@ from endpoints.management.commands._shared import (
     to_json,
 )
 from endpoints.models import Endpoint
+from endpoints.past import explain_past
 from endpoints.schedules import describe_schedule, format_interval
 from endpoints.wording import count_words, delta_words
 
@@ -36,8 +37,11 @@ class Command(BaseCommand):
     help = (
         "Explain when an endpoint runs next and why: the baseline and every fresh hint as "
         "candidates, which one won and the rule that picked it, clamps to the min/max "
-        "interval, and a pause. The endpoint's current state is planned as of now (or "
-        "--at), start to start from its last run, as the scheduler has it."
+        "interval, and a pause. The endpoint's current state is planned as of now, start to "
+        "start from its last run, as the scheduler has it. With --at PAST, say instead "
+        "what happened to the slot due then, from what was recorded: ran (its run), "
+        "skipped, paused (by whom, until when), a window, the breaker, the scheduler not "
+        "running, archived, not created yet."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
@@ -45,7 +49,7 @@ class Command(BaseCommand):
         parser.add_argument(
             "--at",
             metavar="ISO",
-            help="Plan as of this time instead of now (ISO 8601; UTC when no offset).",
+            help="A past time (ISO 8601; UTC when no offset): why its slot ran or did not.",
         )
         parser.add_argument(
             "--next",
@@ -59,7 +63,11 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, **options: Any) -> None:
         endpoint = find_endpoint(options["endpoint"])
-        now = parse_when(options["at"], option="--at") if options["at"] else timezone.now()
+        now = timezone.now()
+        if options["at"] and (at := parse_when(options["at"], option="--at")) <= now:
+            self.explain_past(endpoint, at, now=now, as_json=options["json"])
+            return
+        now = parse_when(options["at"], option="--at") if options["at"] else now
         count = options["next"]
         if not 0 <= count <= MAX_PREVIEW:
             raise CommandError(f"--next takes 1..{MAX_PREVIEW} runs; got {count}.")
@@ -85,6 +93,21 @@ class Command(BaseCommand):
                     self.stdout.write(f"  {item['local']}  |  {item['utc']}  ({item['source']})")
                 if len(planned) < count:
                     self.stdout.write(f"  then no more runs: {runs_end(now, schedule, upcoming)}")
+
+    def explain_past(
+        self, endpoint: Endpoint, at: datetime, *, now: datetime, as_json: bool
+    ) -> None:
+        answer = explain_past(endpoint, at, now=now)
+        if as_json:
+            document = {"endpoint": endpoint.ref, "id": endpoint.pk, **asdict(answer)}
+            document.update(at=iso(answer.at), slot=iso(answer.slot), until=iso(answer.until))
+            self.stdout.write(to_json(document))
+            return
+        self.stdout.write(
+            f"{endpoint.ref} (id {endpoint.pk}): the slot due at {answer.slot:%Y-%m-%d %H:%M:%S}"
+            f" UTC ({answer.reason})"
+        )
+        self.stdout.write(f"  {answer.words}")
 
 
 MAX_PREVIEW = 100
