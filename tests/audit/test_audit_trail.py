@@ -66,7 +66,9 @@ def test_one_change_through_each_interface_is_one_entry_with_its_actor(
     assert response.status_code == 200, response.content
     entry = newest()
     assert (entry.actor, entry.action) == (f"key cc_{prefix}", "updated")
-    assert entry.changes == [{"field": "headers.X-Api-Token", "before": "(absent)", "after": "••••"}]
+    assert entry.changes == [
+        {"field": "headers.X-Api-Token", "before": "(absent)", "after": "••••"}
+    ]
 
     # The admin: alice pauses it from the list.
     admin = world.client_for(world.alice)
