@@ -124,9 +124,12 @@ def preview_endpoint_runs(principal: Principal, endpoint_id: int, count: int = 1
     """The next ``count`` run times in the endpoint's zone and UTC, with DST: the first
     start to start from the last run (where the scheduler has it), each after it assumed
     on time and successful; hints and a pause as they are now."""
+    return _run_preview(scoped_endpoint(principal, endpoint_id), count)
+
+
+def _run_preview(endpoint: Endpoint, count: int) -> RunPreview:
     if not 1 <= count <= MAX_PREVIEW:
         raise InvalidInput({"count": [f"Ask for 1..{MAX_PREVIEW} runs; got {count}."]})
-    endpoint = scoped_endpoint(principal, endpoint_id)
     zone = ZoneInfo(endpoint.timezone or "UTC")
     plans = preview_runs(
         timezone.now(),
@@ -145,6 +148,29 @@ def preview_endpoint_runs(principal: Principal, endpoint_id: int, count: int = 1
             for plan in plans
         ],
     )
+
+
+@operation(
+    router,
+    "post",
+    "/endpoints/{endpoint_id}/preview",
+    name="preview_change",
+    response=RunPreview,
+    reads_only=True,
+)
+def preview_change(
+    principal: Principal, endpoint_id: int, payload: EndpointPatch, count: int = 10
+) -> RunPreview:
+    """The next ``count`` run times a change would give, saving nothing: the fields as
+    update_endpoint takes them, validated as it validates them (a problem is a 422 naming
+    the field), planned as the saved change would be (start to start from the last run;
+    hints and a pause as they are now)."""
+    endpoint = scoped_endpoint(principal, endpoint_id)
+    values = payload.dict(exclude_unset=True)
+    if "job_id" in values:
+        values["job"] = scoped_job(principal, values.pop("job_id")).pk
+    form = endpoint_form(principal, endpoint, values)  # assigns in memory, never saves
+    return _run_preview(form.instance, count)
 
 
 @operation(

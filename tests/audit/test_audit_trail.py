@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from asgiref.sync import sync_to_async
 from django.core.management import call_command
 from django.test import Client as DjangoClient
 from django.urls import reverse
