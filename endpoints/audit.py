@@ -26,9 +26,11 @@ from django.conf import settings
 from django.db import models
 from django.db.models import Q
 
-from endpoints.secrets import MASK, is_secret_header, looks_secret, redact_url
+from endpoints.secrets import MASK, is_secret_header, redact_url
 
 MAX_VALUE_CHARS = 300  # a body or a policy is shown cut, never whole
+# The fields whose values are secrets (headers and URLs are masked part by part).
+SECRET_FIELDS = frozenset({"hmac_secret", "hmac_secret_previous", "target"})
 # A tick this much later than the one before means nothing was ticking in between.
 GAP_SECONDS = 60
 
@@ -237,7 +239,7 @@ def field_changes(
 ) -> list[dict[str, str]]:
     """What changed from ``before`` to ``after`` (field values by name; a field missing
     from ``before`` was not set), secrets masked: a secret header's value, a URL's
-    password, any field named like a secret. A header is its own change (``headers.X``)."""
+    password, the signing secrets. A header is its own change (``headers.X``)."""
     declared = tuple(secret_names)
     changes: list[dict[str, str]] = []
     for name, new in after.items():
@@ -274,7 +276,7 @@ def _change(name: str, before: str, after: str) -> dict[str, str]:
 def _shown(name: str, value: Any) -> str:
     if value in (None, ""):
         return render(value)
-    if looks_secret(name):
+    if name in SECRET_FIELDS:
         return MASK
     if name == "url" and isinstance(value, str):
         return redact_url(value)

@@ -115,6 +115,19 @@ def save_job(
         replan_job(job, now=now)
 
 
+def save_tenant(
+    tenant: Tenant, *, now: datetime, changed: Sequence[str] | None, actor: Actor = Actor.SYSTEM
+) -> None:
+    """Save a tenant its form validated (the admin), new or in the fields changed."""
+    with transaction.atomic():
+        before = audit.stored_values(tenant, changed)
+        if changed is None:
+            tenant.save()
+        elif changed:
+            tenant.save(update_fields=changed)
+        audit.record_save(tenant, before, changed, actor=actor, now=now)
+
+
 def _reserve_quota(endpoint: Endpoint) -> None:
     """Raise ValidationError (on ``job``) unless the endpoint's tenant has room for it.
     Called inside the saving transaction; the row lock is held until it commits."""

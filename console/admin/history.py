@@ -1,18 +1,26 @@
 """The "History of changes" panel of the endpoint and job change pages: the object's
-audit entries (``endpoints.audit``), newest first, and on an endpoint a line to ask why a
-past slot did not run (the explain-at operation of the API, which the admin's session may
-call)."""
+audit entries (``endpoints.audit``), newest first; on an endpoint, a line to ask why a
+past slot did not run, answered on a page of its own (``endpoints.past``, as ``explain
+--at`` and the API answer it)."""
 
 from __future__ import annotations
 
+from datetime import UTC
 from typing import Any
 
 from django.contrib import admin
-from django.urls import reverse
+from django.contrib.admin.utils import unquote
+from django.core.exceptions import PermissionDenied
+from django.http import Http404, HttpRequest, HttpResponse
+from django.template.response import TemplateResponse
+from django.urls import URLPattern, path, reverse
+from django.utils import timezone
+from django.utils.dateparse import parse_datetime
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 
 from endpoints.audit import AuditEntry
+from endpoints.past import explain_past
 
 SHOWN = 20
 
@@ -41,14 +49,54 @@ def changes_of(model_admin: Any, obj: Any) -> SafeString | str:
     )
     if obj._meta.model_name != "endpoint":
         return table
-    explain = reverse("api:explain_slot", kwargs={"endpoint_id": obj.pk})
+    explain = reverse("admin:endpoints_endpoint_explain", args=[obj.pk])
     return format_html(
-        "{}<form method='get' action='{}' target='_blank' style='margin-top:.5em'>"
-        "Why did a slot not run? At <input type='datetime-local' name='at' step='1'> UTC "
-        "<button type='submit'>Explain</button></form>",
+        "{}<form method='get' action='{}' style='margin-top:.5em'>"
+        "Why did a slot not run? At <input type='datetime-local' name='at' step='1' required> "
+        "UTC <button type='submit'>Explain</button></form>",
         table,
         explain,
     )
+
+
+def explain_urls(model_admin: admin.ModelAdmin[Any]) -> list[URLPattern]:
+    def view(request: HttpRequest, object_id: str) -> HttpResponse:
+        return explain_slot_view(model_admin, request, object_id)
+
+    explain = model_admin.admin_site.admin_view(view)
+    return [path("<path:object_id>/explain/", explain, name="endpoints_endpoint_explain")]
+
+
+def explain_slot_view(
+    model_admin: admin.ModelAdmin[Any], request: HttpRequest, object_id: str
+) -> HttpResponse:
+    """``?at=`` (ISO 8601, UTC without an offset): why the slot due then ran or did not."""
+    endpoint = model_admin.get_object(request, unquote(object_id))
+    if endpoint is None:
+        raise Http404("No such endpoint (or not in your tenants).")
+    if not model_admin.has_view_permission(request, endpoint):
+        raise PermissionDenied
+    text, now = request.GET.get("at", "").strip(), timezone.now()
+    at = parse_datetime(text) if text else None
+    answer, problem = None, ""
+    if at is None:
+        problem = "Give the time as ISO 8601, e.g. 2026-03-01T09:00:00 (UTC)."
+    else:
+        at = at.astimezone(UTC) if at.tzinfo else at.replace(tzinfo=UTC)
+        if at > now:
+            problem = "Give a past time; the change page shows the next runs."
+        else:
+            answer = explain_past(endpoint, at, now=now)
+    context = {
+        **model_admin.admin_site.each_context(request),
+        "opts": model_admin.opts,
+        "title": f"Why did a slot of {endpoint} not run?",
+        "endpoint": endpoint,
+        "asked": text,
+        "answer": answer,
+        "problem": problem,
+    }
+    return TemplateResponse(request, "admin/endpoints/endpoint/explain_slot.html", context)
 
 
 def _details(entry: AuditEntry) -> str:

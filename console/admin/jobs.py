@@ -46,7 +46,7 @@ from console.admin.filters import (
     scope,
 )
 from console.admin.forms import EndpointAdminForm, PauseUntilForm, TenantAdminForm
-from console.admin.history import changes_of
+from console.admin.history import changes_of, explain_urls
 from console.admin.preview import preview_view
 from console.charts import (
     Bar,
@@ -127,6 +127,12 @@ class TenantAdmin(DeletesForGood, NoSecretLookups):
                 f"New signing secret for {tenant.name} (shown once, copy it now): {secret}.{also}",
                 messages.WARNING,
             )
+
+    def save_model(self, request: HttpRequest, obj: Any, form: Any, change: bool) -> None:
+        editable = {f.name for f in self.opts.concrete_fields}
+        changed = [name for name in form.changed_data if name in editable] if change else None
+        actor = Actor.person(request.user)
+        operations.save_tenant(obj, now=timezone.now(), changed=changed, actor=actor)
 
     def has_module_permission(self, request: HttpRequest) -> bool:
         user: Any = request.user
@@ -536,6 +542,7 @@ class EndpointAdmin(DeletesForGood, TenantScopedAdmin):
             path("preview/", preview, name="endpoints_endpoint_preview"),
             path("<path:object_id>/preview/", preview, name="endpoints_endpoint_preview"),
             operation,
+            *explain_urls(self),
             *super().get_urls(),
         ]
 

@@ -179,3 +179,37 @@ def test_a_job_saved_through_the_api_is_one_entry_and_the_trail_is_kept_as_long_
     retention_cycle(now=now + timedelta(days=2))
     assert not AuditEntry.objects.exists()
     assert not SchedulerGap.objects.exists()
+
+
+def test_a_tenants_new_signing_secret_set_in_the_admin_is_recorded_masked(
+    api_world: ApiWorld,
+) -> None:
+    world = api_world.world
+    tenant = world.a.tenant
+    admin = DjangoClient()
+    admin.force_login(world.root)
+    response = admin.post(
+        reverse("admin:endpoints_tenant_change", args=[tenant.pk]),
+        {
+            "name": tenant.name,
+            "members": [user.pk for user in tenant.members.all()],
+            "max_endpoints": 7,
+            "min_interval_ms": tenant.min_interval_ms,
+            "monthly_token_budget": tenant.monthly_token_budget,
+            "hmac_secret": SECRET,
+        },
+    )
+    assert response.status_code == 302, response.content.decode()[:2000]
+    (entry,) = AuditEntry.objects.filter(object_type="tenant", object_id=tenant.pk)
+    assert (entry.actor, entry.action) == (world.root.get_username(), "updated")
+    assert {"field": "hmac_secret", "before": "••••", "after": "••••"} in entry.changes or {
+        "field": "hmac_secret",
+        "before": "(none)",
+        "after": "••••",
+    } in entry.changes
+    assert {
+        "field": "max_endpoints",
+        "before": str(tenant.max_endpoints),
+        "after": "7",
+    } in entry.changes
+    assert SECRET not in json.dumps(entry.changes)

@@ -12,6 +12,7 @@ import pytest
 from django.contrib.auth import get_user_model
 from django.core.management import call_command
 from django.test import Client as DjangoClient
+from django.urls import reverse
 
 from endpoints import breaker, past
 from endpoints.audit import Actor, note_tick
@@ -110,3 +111,17 @@ def test_before_the_endpoint_existed_and_the_command_and_the_api_say_the_same(
     assert (answer.json()["reason"], answer.json()["actor"]) == ("breaker", "breaker")
     future = api.get(f"/api/v1/endpoints/{history.pk}/explain", {"at": "2999-01-01T00:00:00Z"})
     assert future.status_code == 422 and "past time" in future.json()["errors"]["at"][0]
+
+
+def test_the_admin_line_answers_on_a_page_of_its_own(history: Endpoint) -> None:
+    admin = get_user_model().objects.create_superuser("root")
+    client = DjangoClient()
+    client.force_login(admin)
+    url = reverse("admin:endpoints_endpoint_explain", args=[history.pk])
+
+    page = client.get(url, {"at": "2026-11-22T04:00:30"}).content.decode()
+
+    assert "(breaker)" in page and "The breaker was open" in page
+    change = client.get(reverse("admin:endpoints_endpoint_change", args=[history.pk]))
+    assert url in change.content.decode() and "Why did a slot not run?" in change.content.decode()
+    assert "Give a past time" in client.get(url, {"at": "2999-01-01T00:00:00"}).content.decode()
