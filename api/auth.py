@@ -26,6 +26,7 @@ from ninja.security.http import HttpAuthBase
 from ninja.throttling import AuthRateThrottle
 
 from api.models import ApiKey, hash_key
+from endpoints.audit import Actor
 from endpoints.models import Tenant
 
 M = TypeVar("M", bound=Model)
@@ -58,10 +59,16 @@ class Principal:
     can_write: bool
     api_key_id: int | None = None
     user: Any = None
+    key_prefix: str = ""
 
     def __str__(self) -> str:
         # The rate limiter's bucket: one per key, one per user.
         return f"key:{self.api_key_id}" if self.api_key_id else f"user:{self.user.pk}"
+
+    @property
+    def actor(self) -> Actor:
+        """Who the audit trail names: the key by its prefix, or the signed-in user."""
+        return Actor.api_key(self.key_prefix) if self.api_key_id else Actor.person(self.user)
 
     def scope(self, queryset: QuerySet[M], tenant_path: str) -> QuerySet[M]:
         if self.tenant_ids is None:
@@ -111,7 +118,7 @@ def principal_for_key(raw: str) -> Principal | None:
     key = (
         ApiKey.objects.usable(now=now)
         .filter(key_hash=hash_key(raw))
-        .only("pk", "tenant_id", "scope", "last_used_at")
+        .only("pk", "tenant_id", "scope", "last_used_at", "prefix")
         .order_by()
         .first()
     )
@@ -119,7 +126,12 @@ def principal_for_key(raw: str) -> Principal | None:
         return None
     if key.last_used_at is None or key.last_used_at < now - LAST_USED_PRECISION:
         ApiKey.objects.filter(pk=key.pk).update(last_used_at=now)
-    return Principal(tenant_ids=(key.tenant_id,), can_write=key.can_write, api_key_id=key.pk)
+    return Principal(
+        tenant_ids=(key.tenant_id,),
+        can_write=key.can_write,
+        api_key_id=key.pk,
+        key_prefix=key.prefix,
+    )
 
 
 def principal_for_user(user: Any) -> Principal | None:

@@ -27,6 +27,7 @@ from api.errors import PROBLEM_TYPE, InvalidInput, problem_for
 from api.openapi import complete
 from api.routers import (
     alert_rules,
+    audit,
     channels,
     config,
     endpoints,
@@ -77,7 +78,18 @@ api = CronicornAPI(
     urls_namespace="api",
     docs_decorator=signed_in,
 )
-for module in (jobs, endpoints, runs, history, health, tenants, channels, alert_rules, config):
+for module in (
+    jobs,
+    endpoints,
+    runs,
+    history,
+    health,
+    tenants,
+    channels,
+    alert_rules,
+    config,
+    audit,
+):
     api.add_router("/", module.router)
 
 

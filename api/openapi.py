@@ -170,6 +170,8 @@ def _statuses(op: Operation) -> list[int]:
         statuses.append(413)
     if op.write:
         statuses += [403, 409]
+    elif op.method != "get":
+        statuses.append(403)  # a POST that only reads: a session's CSRF check
     names_object = "{" in op.path or op.body is not None or op.query_names & {"job_id"}
     if names_object:
         statuses.append(404)

@@ -47,11 +47,13 @@ class Operation:
     destructive: bool = False  # a POST that loses data or access with no way back
     repeatable: bool = False  # the same call again changes nothing more (MCP idempotentHint)
     calls_out: bool = False  # reaches the tenant's own URLs (MCP openWorldHint)
+    reads_only: bool = False  # a POST that saves nothing (a preview of a change)
 
     @property
     def write(self) -> bool:
-        """Every method but GET changes something, and needs a write key."""
-        return self.method != "get"
+        """Every method but GET changes something, and needs a write key; but a POST that
+        only reads (its body is too large or structured for a query)."""
+        return self.method != "get" and not self.reads_only
 
     @property
     def annotations(self) -> dict[str, Any]:
@@ -107,6 +109,7 @@ def operation(
     destructive: bool = False,
     repeatable: bool | None = None,
     calls_out: bool = False,
+    reads_only: bool = False,
 ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     def register(fn: Callable[..., Any]) -> Callable[..., Any]:
         hints = get_type_hints(fn, include_extras=True)
@@ -125,8 +128,11 @@ def operation(
             idempotent,
             destructive,
             # Reads, changes to given values and deletes: the same call twice is the same.
-            method in ("get", "patch", "delete") if repeatable is None else repeatable,
+            reads_only or method in ("get", "patch", "delete")
+            if repeatable is None
+            else repeatable,
             calls_out,
+            reads_only,
         )
         OPERATIONS.append(op)
         router.add_api_operation(

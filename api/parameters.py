@@ -47,6 +47,12 @@ PARAMETERS: dict[str, dict[str, Any]] = {
         f"at most {MAX_SEARCH_CHARS} characters.",
         "max_length": MAX_SEARCH_CHARS,
     },
+    "object": {
+        "description": "Only the entries of this object: its type and id, e.g. endpoint:12, "
+        "job:3 or tenant:1.",
+        "max_length": 40,
+    },
+    "at": {"description": "The past instant asked about (ISO 8601; UTC without an offset)."},
     "since": {"description": "Only runs started at or after this time (ISO 8601)."},
     "until": {"description": "Only runs started before this time (ISO 8601)."},
     # export_config's (api/routers/config.py).

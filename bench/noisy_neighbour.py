@@ -581,6 +581,7 @@ def scenario(args: dict[str, Any]) -> dict[str, Any]:
 
     redis.Redis.from_url(broker).flushdb()  # rate counts of an earlier run's keys
     from django.conf import settings
+
     result: dict[str, Any] = {"engine": args["engine"], "load_before": load()}
     with Processes(env) as procs:
         world = start_world(args, procs)

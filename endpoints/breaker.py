@@ -21,6 +21,8 @@ from datetime import datetime, timedelta
 from django.db import transaction
 from django.db.models import Q
 
+from endpoints import audit
+from endpoints.audit import Actor
 from endpoints.choices import PauseSource
 from endpoints.governor import PAUSED
 from endpoints.models import Endpoint, HintHistory, HintKind, Slot
@@ -61,8 +63,8 @@ def pause_of(reason: str, cooldown_ms: int | None) -> tuple[int, str, str]:
 
 def open_breaker(pk: int, policy: RunPolicy, *, now: datetime, reason: str) -> str:
     """Pause endpoint ``pk`` (the breaker is open), with the reason in its pause and its
-    hint history, so the pause alert says why. A pause a person set meanwhile is kept:
-    "" then, else the pause's words."""
+    hint history, so the pause alert says why, and in the audit trail (by the breaker).
+    A pause a person set meanwhile is kept: "" then, else the pause's words."""
     hold, text, source = pause_of(reason, policy.breaker_cooldown_ms)
     until = now + timedelta(milliseconds=hold)
     with transaction.atomic():
@@ -81,5 +83,14 @@ def open_breaker(pk: int, policy: RunPolicy, *, now: datetime, reason: str) -> s
             reason=text,
             pause_source=source,
             created_at=now,
+        )
+        endpoint = Endpoint.objects.select_related("job").get(pk=pk)
+        audit.record_fields(
+            Actor.BREAKER,
+            endpoint,
+            "breaker-opened",
+            now=now,
+            reason=text,
+            paused_until=(None, until),
         )
     return text

@@ -17,6 +17,7 @@ from django.db.models import F, Q, Value
 from django.utils.timezone import now as current_time
 
 from endpoints import validation
+from endpoints.audit import AuditEntry, SchedulerGap  # noqa: F401 - the app's models too
 from endpoints.choices import (
     HintKind,
     HttpMethod,

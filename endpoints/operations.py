@@ -23,7 +23,8 @@ from django.db.models.deletion import get_candidate_relations_to_delete
 from django.db.models.fields.reverse_related import ForeignObjectRel
 from django.utils import timezone
 
-from endpoints import breaker, validation
+from endpoints import audit, breaker, validation
+from endpoints.audit import Actor
 from endpoints.engine import metrics
 from endpoints.engine.executor import perform_request
 from endpoints.engine.logs import log_event
@@ -69,7 +70,12 @@ def recompute_next_run(endpoint: Endpoint, *, now: datetime) -> Plan:
 
 
 def save_endpoint(
-    endpoint: Endpoint, *, now: datetime, changed: Sequence[str] | None, schedule_changed: bool
+    endpoint: Endpoint,
+    *,
+    now: datetime,
+    changed: Sequence[str] | None,
+    schedule_changed: bool,
+    actor: Actor = Actor.SYSTEM,
 ) -> None:
     """Save an endpoint its form validated (the admin, the API): a new one whole
     (``changed`` None), an existing one only in the fields the person changed, since
@@ -82,12 +88,44 @@ def save_endpoint(
     with transaction.atomic():
         if changed is None or "job" in changed:
             _reserve_quota(endpoint)
+        before = audit.stored_values(endpoint, changed)
         if changed is None:
             endpoint.save()
         elif changed:
             endpoint.save(update_fields=[*changed, "updated_at"])
+        audit.record_save(endpoint, before, changed, actor=actor, now=now)
     if changed is None or schedule_changed:
         replan_after_edit(endpoint, now=now)
+
+
+def save_job(
+    job: Job, *, now: datetime, changed: Sequence[str] | None, actor: Actor = Actor.SYSTEM
+) -> None:
+    """Save a job its form validated, new (``changed`` None) or in the fields changed;
+    a changed run policy (its endpoints' defaults: windows, an active period) replans
+    each of its endpoints."""
+    with transaction.atomic():
+        before = audit.stored_values(job, changed)
+        if changed is None:
+            job.save()
+        elif changed:
+            job.save(update_fields=[*changed, "updated_at"])
+        audit.record_save(job, before, changed, actor=actor, now=now)
+    if changed and "run_policy" in changed and before["run_policy"] != job.run_policy:
+        replan_job(job, now=now)
+
+
+def save_tenant(
+    tenant: Tenant, *, now: datetime, changed: Sequence[str] | None, actor: Actor = Actor.SYSTEM
+) -> None:
+    """Save a tenant its form validated (the admin), new or in the fields changed."""
+    with transaction.atomic():
+        before = audit.stored_values(tenant, changed)
+        if changed is None:
+            tenant.save()
+        elif changed:
+            tenant.save(update_fields=changed)
+        audit.record_save(tenant, before, changed, actor=actor, now=now)
 
 
 def _reserve_quota(endpoint: Endpoint) -> None:
@@ -218,14 +256,14 @@ def _nudge_earlier(endpoint: Endpoint, now: datetime) -> Plan:
 
 
 def _history(
-    endpoint: Endpoint, kind: str, *, now: datetime, user: Any, session: Any, **values: Any
+    endpoint: Endpoint, kind: str, *, now: datetime, actor: Actor, **values: Any
 ) -> HintHistory:
     return HintHistory.objects.create(
         endpoint=endpoint,
         kind=kind,
         created_at=now,
-        created_by=user if getattr(user, "pk", None) else None,
-        session=session,
+        created_by_id=actor.user_id,
+        session_id=actor.session_id,
         **values,
     )
 
@@ -243,7 +281,7 @@ def _refuse_archived(endpoint: Endpoint, action: str) -> None:
         )
 
 
-def run_now(endpoint: Endpoint, *, now: datetime, user: Any = None) -> None:
+def run_now(endpoint: Endpoint, *, now: datetime, actor: Actor = Actor.SYSTEM) -> None:
     """Make the endpoint due now, so the next tick runs it through the normal path."""
     _refuse_archived(endpoint, "run")
     if endpoint.job.status != JobStatus.ACTIVE:
@@ -266,7 +304,8 @@ def run_now(endpoint: Endpoint, *, now: datetime, user: Any = None) -> None:
     if not updated:
         raise OperationRefused(_in_flight_message(endpoint, now))
     endpoint.next_run_at, endpoint.next_run_source = now, Source.MANUAL
-    log_event(logging.INFO, f"run now requested by {user or 'system'}", endpoint_id=endpoint.pk)
+    audit.record(actor, endpoint, "run-now", now=now)
+    log_event(logging.INFO, f"run now requested by {actor}", endpoint_id=endpoint.pk)
 
 
 TRIGGER_WORDS = {
@@ -376,13 +415,12 @@ def pause_endpoint(
     now: datetime,
     until: datetime | None,
     reason: str = "",
-    user: Any = None,
-    session: Any = None,
+    actor: Actor = Actor.SYSTEM,
 ) -> HintHistory:
     """Pause until ``until`` (None resumes). The next run moves to the end of the pause."""
     _refuse_bad_reason(reason)
     if until is None:
-        return resume_endpoint(endpoint, now=now, reason=reason, user=user, session=session)
+        return resume_endpoint(endpoint, now=now, reason=reason, actor=actor)
     if until <= now:
         raise OperationRefused(
             f"Cannot pause until {until.isoformat()}: that is not in the future. "
@@ -391,18 +429,21 @@ def pause_endpoint(
     if problem := validation.pause_problem(until, now):
         raise OperationRefused(problem)
     _refuse_archived(endpoint, "be paused")
-    source = PauseSource.PLANNER if session is not None else PauseSource.PERSON
+    source = PauseSource.PLANNER if actor.is_planner else PauseSource.PERSON
+    was = endpoint.paused_until
     Endpoint.objects.filter(pk=endpoint.pk).update(
         paused_until=until, pause_reason=reason, pause_source=source
     )
     endpoint.paused_until, endpoint.pause_reason, endpoint.pause_source = until, reason, source
     recompute_next_run(endpoint, now=now)
+    audit.record_fields(
+        actor, endpoint, "paused", now=now, reason=reason, paused_until=(was, until)
+    )
     return _history(
         endpoint,
         HintKind.PAUSE,
         now=now,
-        user=user,
-        session=session,
+        actor=actor,
         paused_until=until,
         pause_source=source,
         reason=reason,
@@ -410,15 +451,19 @@ def pause_endpoint(
 
 
 def resume_endpoint(
-    endpoint: Endpoint, *, now: datetime, reason: str = "", user: Any = None, session: Any = None
+    endpoint: Endpoint, *, now: datetime, reason: str = "", actor: Actor = Actor.SYSTEM
 ) -> HintHistory:
     _refuse_bad_reason(reason)
+    was = endpoint.paused_until
     Endpoint.objects.filter(pk=endpoint.pk).update(
         paused_until=None, pause_reason="", pause_source=""
     )
     endpoint.paused_until, endpoint.pause_reason, endpoint.pause_source = None, "", ""
     recompute_next_run(endpoint, now=now)
-    return _history(endpoint, HintKind.RESUME, now=now, user=user, session=session, reason=reason)
+    audit.record_fields(
+        actor, endpoint, "resumed", now=now, reason=reason, paused_until=(was, None)
+    )
+    return _history(endpoint, HintKind.RESUME, now=now, actor=actor, reason=reason)
 
 
 def apply_hint(
@@ -429,8 +474,7 @@ def apply_hint(
     next_run_at: datetime | None = None,
     ttl: timedelta,
     reason: str,
-    user: Any = None,
-    session: Any = None,
+    actor: Actor = Actor.SYSTEM,
 ) -> HintHistory:
     """Set the endpoint's active hint (one TTL covers both kinds) and nudge its next run.
 
@@ -447,16 +491,18 @@ def apply_hint(
         values["ai_hint_interval_ms"] = interval_ms
     else:
         values["ai_hint_next_run_at"] = next_run_at
+    was = {name: getattr(endpoint, name) for name in values}
     Endpoint.objects.filter(pk=endpoint.pk).update(**values)
     for name, value in values.items():
         setattr(endpoint, name, value)
     _nudge_earlier(endpoint, now)
+    pairs = {name: (was[name], value) for name, value in values.items() if name != "ai_hint_reason"}
+    audit.record_fields(actor, endpoint, "hint-set", now=now, reason=reason, **pairs)
     return _history(
         endpoint,
         HintKind.INTERVAL if interval_ms is not None else HintKind.ONESHOT,
         now=now,
-        user=user,
-        session=session,
+        actor=actor,
         interval_ms=interval_ms,
         next_run_at=next_run_at,
         expires_at=now + ttl,
@@ -476,26 +522,33 @@ def _validate_hint(interval_ms: int | None, next_run_at: datetime | None, ttl: t
 
 
 def clear_hints(
-    endpoint: Endpoint, *, now: datetime, reason: str = "", user: Any = None, session: Any = None
+    endpoint: Endpoint, *, now: datetime, reason: str = "", actor: Actor = Actor.SYSTEM
 ) -> HintHistory:
     """Drop the active hints and plan from the baseline again (a pending one-shot is cancelled)."""
     _refuse_bad_reason(reason)
+    was = {name: (getattr(endpoint, name), value) for name, value in NO_HINT.items()}
     Endpoint.objects.filter(pk=endpoint.pk).update(**NO_HINT)
     for name, value in NO_HINT.items():
         setattr(endpoint, name, value)
     recompute_next_run(endpoint, now=now)
-    return _history(endpoint, HintKind.CLEAR, now=now, user=user, session=session, reason=reason)
+    was.pop("ai_hint_reason", None)
+    audit.record_fields(actor, endpoint, "hints-cleared", now=now, reason=reason, **was)
+    return _history(endpoint, HintKind.CLEAR, now=now, actor=actor, reason=reason)
 
 
-def reset_failures(endpoint: Endpoint, *, now: datetime, user: Any = None) -> None:
+def reset_failures(endpoint: Endpoint, *, now: datetime, actor: Actor = Actor.SYSTEM) -> None:
     """Forget the failure streak, which also drops its backoff from the next run."""
+    was = endpoint.failure_count
     Endpoint.objects.filter(pk=endpoint.pk).update(failure_count=0)
     endpoint.failure_count = 0
     _nudge_earlier(endpoint, now)
-    log_event(logging.INFO, f"failures reset by {user or 'system'}", endpoint_id=endpoint.pk)
+    audit.record_fields(actor, endpoint, "failures-reset", now=now, failure_count=(was, 0))
+    log_event(logging.INFO, f"failures reset by {actor}", endpoint_id=endpoint.pk)
 
 
-def rotate_signing_secret(tenant: Tenant, *, now: datetime, grace: timedelta | None = None) -> str:
+def rotate_signing_secret(
+    tenant: Tenant, *, now: datetime, grace: timedelta | None = None, actor: Actor = Actor.SYSTEM
+) -> str:
     """Give the tenant a new request-signing secret and return it (shown once).
 
     The secret it replaces keeps signing beside the new one (two signatures in
@@ -516,25 +569,31 @@ def rotate_signing_secret(tenant: Tenant, *, now: datetime, grace: timedelta | N
             hmac_previous_until=now + grace if previous else None,
         )
     tenant.refresh_from_db(fields=["hmac_secret", "hmac_secret_previous", "hmac_previous_until"])
+    audit.record_fields(
+        actor, tenant, "signing-secret-rotated", now=now, hmac_secret=(previous, new)
+    )
     log_event(
         logging.INFO, f"signing secret of tenant {tenant.pk} rotated (the secret is not logged)"
     )
     return new
 
 
-def archive_endpoint(endpoint: Endpoint, *, now: datetime, user: Any = None) -> None:
+def archive_endpoint(endpoint: Endpoint, *, now: datetime, actor: Actor = Actor.SYSTEM) -> None:
     """Archive: never claimed again (its slot has no next run). A run already in flight
     finishes and is kept; its reschedule leaves the slot without a next run."""
     with transaction.atomic():
-        Endpoint.objects.filter(pk=endpoint.pk, archived_at__isnull=True).update(archived_at=now)
+        if Endpoint.objects.filter(pk=endpoint.pk, archived_at__isnull=True).update(
+            archived_at=now
+        ):
+            audit.record_fields(actor, endpoint, "archived", now=now, archived_at=(None, now))
         Slot.objects.filter(pk=endpoint.pk).update(next_run_at=None, next_run_source="")
     if endpoint.archived_at is None:
         endpoint.archived_at = now
     endpoint.next_run_at, endpoint.next_run_source = None, ""
-    log_event(logging.INFO, f"archived by {user or 'system'}", endpoint_id=endpoint.pk)
+    log_event(logging.INFO, f"archived by {actor}", endpoint_id=endpoint.pk)
 
 
-def pause_job(job: Job, *, now: datetime, user: Any = None) -> None:
+def pause_job(job: Job, *, now: datetime, actor: Actor = Actor.SYSTEM) -> None:
     """Stop claiming the job's endpoints; their next runs stay planned for display.
 
     The claim joins the job and skips it. A paused job's overdue endpoints stay in the
@@ -544,21 +603,23 @@ def pause_job(job: Job, *, now: datetime, user: Any = None) -> None:
     if job.status == JobStatus.ARCHIVED:
         raise OperationRefused(f"Job {job.name} is archived; archived jobs cannot be paused.")
     Job.objects.filter(pk=job.pk).update(status=JobStatus.PAUSED, updated_at=now)
+    audit.record_fields(actor, job, "paused", now=now, status=(job.status, JobStatus.PAUSED))
     job.status = JobStatus.PAUSED
-    log_event(logging.INFO, f"job {job.pk} paused by {user or 'system'}")
+    log_event(logging.INFO, f"job {job.pk} paused by {actor}")
 
 
-def resume_job(job: Job, *, now: datetime, user: Any = None) -> None:
+def resume_job(job: Job, *, now: datetime, actor: Actor = Actor.SYSTEM) -> None:
     if job.status == JobStatus.ARCHIVED:
         raise OperationRefused(f"Job {job.name} is archived; archived jobs cannot be resumed.")
     Job.objects.filter(pk=job.pk).update(status=JobStatus.ACTIVE, updated_at=now)
+    audit.record_fields(actor, job, "resumed", now=now, status=(job.status, JobStatus.ACTIVE))
     job.status = JobStatus.ACTIVE
     for endpoint in Endpoint.objects.live().filter(job=job).select_related("job__tenant"):
         recompute_next_run(endpoint, now=now)
-    log_event(logging.INFO, f"job {job.pk} resumed by {user or 'system'}")
+    log_event(logging.INFO, f"job {job.pk} resumed by {actor}")
 
 
-def run_job_now(job: Job, *, now: datetime, user: Any = None) -> tuple[int, list[str]]:
+def run_job_now(job: Job, *, now: datetime, actor: Actor = Actor.SYSTEM) -> tuple[int, list[str]]:
     """Run every live endpoint of an active job now (``run_now`` for each). Returns how
     many were made due and, in words, each one left out and why (paused, in flight)."""
     if job.status != JobStatus.ACTIVE:
@@ -566,7 +627,7 @@ def run_job_now(job: Job, *, now: datetime, user: Any = None) -> tuple[int, list
     due, left_out = 0, []
     for endpoint in Endpoint.objects.live().filter(job=job).select_related("job__tenant"):
         try:
-            run_now(endpoint, now=now, user=user)
+            run_now(endpoint, now=now, actor=actor)
         except OperationRefused as exc:
             left_out.append(str(exc))
             continue
@@ -574,25 +635,25 @@ def run_job_now(job: Job, *, now: datetime, user: Any = None) -> tuple[int, list
     return due, left_out
 
 
-def pause_tenant(tenant: Tenant, *, now: datetime, user: Any = None) -> int:
+def pause_tenant(tenant: Tenant, *, now: datetime, actor: Actor = Actor.SYSTEM) -> int:
     """Pause every active job of the tenant (``pause_job``); the number paused. A job
     paused already stays paused; resume_tenant resumes every paused job."""
     jobs = list(Job.objects.filter(tenant=tenant, status=JobStatus.ACTIVE))
     for job in jobs:
-        pause_job(job, now=now, user=user)
+        pause_job(job, now=now, actor=actor)
     return len(jobs)
 
 
-def resume_tenant(tenant: Tenant, *, now: datetime, user: Any = None) -> int:
+def resume_tenant(tenant: Tenant, *, now: datetime, actor: Actor = Actor.SYSTEM) -> int:
     """Resume every paused job of the tenant (``resume_job``: each endpoint planned
     afresh); the number resumed."""
     jobs = list(Job.objects.filter(tenant=tenant, status=JobStatus.PAUSED))
     for job in jobs:
-        resume_job(job, now=now, user=user)
+        resume_job(job, now=now, actor=actor)
     return len(jobs)
 
 
-def archive_job(job: Job, *, now: datetime, user: Any = None) -> None:
+def archive_job(job: Job, *, now: datetime, actor: Actor = Actor.SYSTEM) -> None:
     """Stop every endpoint of the job for good, keeping their runs, hints and sessions.
 
     The claim takes only active jobs' endpoints and the planner skips archived jobs, so
@@ -602,11 +663,12 @@ def archive_job(job: Job, *, now: datetime, user: Any = None) -> None:
     if job.status == JobStatus.ARCHIVED:
         return
     Job.objects.filter(pk=job.pk).update(status=JobStatus.ARCHIVED, updated_at=now)
+    audit.record_fields(actor, job, "archived", now=now, status=(job.status, JobStatus.ARCHIVED))
     job.status, job.updated_at = JobStatus.ARCHIVED, now
-    log_event(logging.INFO, f"job {job.pk} archived by {user or 'system'}")
+    log_event(logging.INFO, f"job {job.pk} archived by {actor}")
 
 
-def unarchive_job(job: Job, *, now: datetime, user: Any = None) -> None:
+def unarchive_job(job: Job, *, now: datetime, actor: Actor = Actor.SYSTEM) -> None:
     """Bring an archived job back *paused*: its endpoints may have been stopped for months,
     so someone resumes it on purpose (``resume_job`` plans every endpoint afresh)."""
     if job.status != JobStatus.ARCHIVED:
@@ -615,11 +677,12 @@ def unarchive_job(job: Job, *, now: datetime, user: Any = None) -> None:
             "can be unarchived."
         )
     Job.objects.filter(pk=job.pk).update(status=JobStatus.PAUSED, updated_at=now)
+    audit.record_fields(actor, job, "unarchived", now=now, status=(job.status, JobStatus.PAUSED))
     job.status, job.updated_at = JobStatus.PAUSED, now
-    log_event(logging.INFO, f"job {job.pk} unarchived (paused) by {user or 'system'}")
+    log_event(logging.INFO, f"job {job.pk} unarchived (paused) by {actor}")
 
 
-def delete_for_good(objects: QuerySet[Any]) -> int:
+def delete_for_good(objects: QuerySet[Any], *, actor: Actor = Actor.SYSTEM) -> int:
     """Delete tenants, jobs, endpoints or alert channels with everything of theirs (runs,
     hints, sessions, alerts, deliveries); how many of them went. ``archive_job`` and
     ``archive_endpoint`` keep the history instead.
@@ -632,7 +695,10 @@ def delete_for_good(objects: QuerySet[Any]) -> int:
     The endpoints' history goes first, set-based (``_delete_history_of``): Django would
     read every run's id into memory (``retry_of`` is SET_NULL) and delete them 100 at a
     time, and on SQLite its unlink of their retries fails past the limit of variables."""
+    now = timezone.now()
     with transaction.atomic():
+        for obj in objects.order_by():
+            audit.record(actor, obj, "deleted", now=now)
         _delete_history_of(objects)
         return objects.delete()[1].get(objects.model._meta.label, 0)
 

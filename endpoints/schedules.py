@@ -147,6 +147,19 @@ def next_cron_after(expr: str, tz_name: str, now: datetime) -> datetime:
     raise AssertionError("unreachable: a validated cron expression always fires again")
 
 
+def last_cron_at_or_before(expr: str, tz_name: str, at: datetime) -> datetime:
+    """The last occurrence of ``expr`` in ``tz_name`` at or before ``at``, in UTC (the
+    slot that was due at ``at``)."""
+    zone, utc = ZoneInfo(tz_name), ZoneInfo("UTC")
+    # cronsim's reverse walk starts strictly before its start, to the second.
+    for occurrence in CronSim(
+        normalize_cron(expr), (at + timedelta(seconds=1)).astimezone(zone), reverse=True
+    ):
+        if occurrence.astimezone(utc) <= at:
+            return occurrence.astimezone(utc)
+    raise AssertionError("unreachable: a validated cron expression has fired before")
+
+
 CRON_GAP_SAMPLE = 1_000  # occurrences
 CRON_GAP_WINDOW = timedelta(days=366)
 

@@ -18,6 +18,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from endpoints import operations
+from endpoints.audit import Actor
 from endpoints.models import Endpoint, Run, RunStatus, Source
 from endpoints.wording import count_words
 from planner.models import AnalysisSession
@@ -379,7 +380,7 @@ class EndpointTools:
             interval_ms=interval,
             ttl=timedelta(minutes=args["ttlMinutes"]),
             reason=args["reason"],
-            session=self.session,
+            actor=Actor.planner(self.session),
         )
         written = self._written(f"Interval hint of {interval} ms written.")
         if written["nextRunSource"] in (Source.CLAMPED_MIN, Source.CLAMPED_MAX):
@@ -403,14 +404,17 @@ class EndpointTools:
             next_run_at=at,
             ttl=ttl,
             reason=args["reason"],
-            session=self.session,
+            actor=Actor.planner(self.session),
         )
         return self._written(f"One-shot hint for {at.isoformat()} written.")
 
     def _pause_until(self, args: dict[str, Any]) -> dict[str, Any]:
         if args["untilIso"] is None:
             operations.resume_endpoint(
-                self.endpoint, now=self.now, reason=args["reason"], session=self.session
+                self.endpoint,
+                now=self.now,
+                reason=args["reason"],
+                actor=Actor.planner(self.session),
             )
             return self._written("Endpoint resumed.")
         if retrying := policy_retry_words(self.endpoint):
@@ -431,13 +435,17 @@ class EndpointTools:
                 f"(until {(self.now + MAX_PAUSE).isoformat()}); it can extend later."
             )
         operations.pause_endpoint(
-            self.endpoint, now=self.now, until=until, reason=args["reason"], session=self.session
+            self.endpoint,
+            now=self.now,
+            until=until,
+            reason=args["reason"],
+            actor=Actor.planner(self.session),
         )
         return self._written(f"Endpoint paused until {until.isoformat()}.")
 
     def _clear_hints(self, args: dict[str, Any]) -> dict[str, Any]:
         operations.clear_hints(
-            self.endpoint, now=self.now, reason=args["reason"], session=self.session
+            self.endpoint, now=self.now, reason=args["reason"], actor=Actor.planner(self.session)
         )
         return self._written("Hints cleared: the baseline schedule applies.")
 

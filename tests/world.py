@@ -269,6 +269,7 @@ def sample_body(op: Operation, side: TenantWorld) -> dict[str, Any] | None:
             "baseline_interval_ms": 60_000,
         },
         "update_endpoint": {"description": "changed"},
+        "preview_change": {"baseline_interval_ms": 120_000},
         "pause_endpoint": {"for_ms": 60_000},
         "set_hint": {"interval_ms": 30_000, "ttl_ms": 3_600_000},
         "clear_hints": {},
@@ -292,6 +293,8 @@ def sample_body(op: Operation, side: TenantWorld) -> dict[str, Any] | None:
 
 def sample_query(op: Operation, side: TenantWorld) -> dict[str, Any]:
     """Filters naming ``side``'s objects, for the list operations that take them."""
+    if op.name == "explain_slot":
+        return {"at": "2026-01-01T00:00:00Z"}
     return {"job_id": side.job.pk} if op.name == "list_endpoints" else {}
 
 

@@ -89,7 +89,7 @@ def update_channel(principal: Principal, channel_id: int, payload: ChannelPatch)
 def delete_channel(principal: Principal, channel_id: int) -> Message:
     """Delete an alert channel with its delivery records."""
     channel = scoped_channel(principal, channel_id)
-    operations.delete_for_good(Channel.objects.filter(pk=channel.pk))
+    operations.delete_for_good(Channel.objects.filter(pk=channel.pk), actor=principal.actor)
     return Message(detail=f"Channel {channel.name} deleted.")
 
 

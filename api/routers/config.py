@@ -73,6 +73,7 @@ def import_configuration(principal: Principal, payload: ConfigImportIn) -> Confi
             prune=payload.prune,
             dry_run=payload.dry_run,
             admit=None if principal.tenant_ids is None else _keeps_tenants,
+            actor=principal.actor,
         )
     except ConfigError as exc:
         raise InvalidInput({"text": list(exc.problems)}) from None

@@ -93,7 +93,13 @@ def create_endpoint(principal: Principal, payload: EndpointIn) -> Endpoint:
     values = payload.dict(exclude_unset=True)
     values["job"] = scoped_job(principal, values.pop("job_id")).pk
     form = endpoint_form(principal, Endpoint(), values)
-    operations.save_endpoint(form.instance, now=timezone.now(), changed=None, schedule_changed=True)
+    operations.save_endpoint(
+        form.instance,
+        now=timezone.now(),
+        changed=None,
+        schedule_changed=True,
+        actor=principal.actor,
+    )
     return form.instance
 
 
@@ -118,9 +124,12 @@ def preview_endpoint_runs(principal: Principal, endpoint_id: int, count: int = 1
     """The next ``count`` run times in the endpoint's zone and UTC, with DST: the first
     start to start from the last run (where the scheduler has it), each after it assumed
     on time and successful; hints and a pause as they are now."""
+    return _run_preview(scoped_endpoint(principal, endpoint_id), count)
+
+
+def _run_preview(endpoint: Endpoint, count: int) -> RunPreview:
     if not 1 <= count <= MAX_PREVIEW:
         raise InvalidInput({"count": [f"Ask for 1..{MAX_PREVIEW} runs; got {count}."]})
-    endpoint = scoped_endpoint(principal, endpoint_id)
     zone = ZoneInfo(endpoint.timezone or "UTC")
     plans = preview_runs(
         timezone.now(),
@@ -143,6 +152,29 @@ def preview_endpoint_runs(principal: Principal, endpoint_id: int, count: int = 1
 
 @operation(
     router,
+    "post",
+    "/endpoints/{endpoint_id}/preview",
+    name="preview_change",
+    response=RunPreview,
+    reads_only=True,
+)
+def preview_change(
+    principal: Principal, endpoint_id: int, payload: EndpointPatch, count: int = 10
+) -> RunPreview:
+    """The next ``count`` run times a change would give, saving nothing: the fields as
+    update_endpoint takes them, validated as it validates them (a problem is a 422 naming
+    the field), planned as the saved change would be (start to start from the last run;
+    hints and a pause as they are now)."""
+    endpoint = scoped_endpoint(principal, endpoint_id)
+    values = payload.dict(exclude_unset=True)
+    if "job_id" in values:
+        values["job"] = scoped_job(principal, values.pop("job_id")).pk
+    form = endpoint_form(principal, endpoint, values)  # assigns in memory, never saves
+    return _run_preview(form.instance, count)
+
+
+@operation(
+    router,
     "patch",
     "/endpoints/{endpoint_id}",
     name="update_endpoint",
@@ -161,6 +193,7 @@ def update_endpoint(principal: Principal, endpoint_id: int, payload: EndpointPat
         now=timezone.now(),
         changed=[name for name in form.changed_data if name in editable],
         schedule_changed=form.schedule_changed(),
+        actor=principal.actor,
     )
     return endpoint
 
@@ -176,7 +209,7 @@ def delete_endpoint(principal: Principal, endpoint_id: int) -> Message:
     """Delete an endpoint and its runs (archive it instead to keep its history)."""
     endpoint = scoped_endpoint(principal, endpoint_id)
     ref = endpoint.ref
-    operations.delete_for_good(Endpoint.objects.filter(pk=endpoint.pk))
+    operations.delete_for_good(Endpoint.objects.filter(pk=endpoint.pk), actor=principal.actor)
     return Message(detail=f"Endpoint {ref} deleted.")
 
 
@@ -191,7 +224,7 @@ def delete_endpoint(principal: Principal, endpoint_id: int) -> Message:
 def archive_endpoint(principal: Principal, endpoint_id: int) -> Endpoint:
     """Archive an endpoint: it never runs again; its runs are kept."""
     endpoint = scoped_endpoint(principal, endpoint_id)
-    operations.archive_endpoint(endpoint, now=timezone.now(), user=principal.user)
+    operations.archive_endpoint(endpoint, now=timezone.now(), actor=principal.actor)
     return endpoint
 
 
@@ -211,7 +244,7 @@ def pause_endpoint(principal: Principal, endpoint_id: int, payload: PauseIn) -> 
         raise InvalidInput({"until": ["Give exactly one of until (a time) or for_ms."]})
     until = payload.until or now + duration_from_ms(payload.for_ms, field="for_ms")
     operations.pause_endpoint(
-        endpoint, now=now, until=until, reason=payload.reason, user=principal.user
+        endpoint, now=now, until=until, reason=payload.reason, actor=principal.actor
     )
     return endpoint
 
@@ -227,7 +260,7 @@ def pause_endpoint(principal: Principal, endpoint_id: int, payload: PauseIn) -> 
 def resume_endpoint(principal: Principal, endpoint_id: int) -> Endpoint:
     """Resume a paused endpoint; it is planned afresh."""
     endpoint = scoped_endpoint(principal, endpoint_id)
-    operations.resume_endpoint(endpoint, now=timezone.now(), user=principal.user)
+    operations.resume_endpoint(endpoint, now=timezone.now(), actor=principal.actor)
     return endpoint
 
 
@@ -243,7 +276,7 @@ def resume_endpoint(principal: Principal, endpoint_id: int) -> Endpoint:
 def run_endpoint_now(principal: Principal, endpoint_id: int) -> Endpoint:
     """Run now: the endpoint becomes due at once and the scheduler runs it."""
     endpoint = scoped_endpoint(principal, endpoint_id)
-    operations.run_now(endpoint, now=timezone.now(), user=principal.user)
+    operations.run_now(endpoint, now=timezone.now(), actor=principal.actor)
     return endpoint
 
 
@@ -299,7 +332,7 @@ def set_hint(principal: Principal, endpoint_id: int, payload: HintIn) -> Endpoin
         next_run_at=next_run_at,
         ttl=duration_from_ms(ttl_ms, field="ttl_ms"),
         reason=payload.reason,
-        user=principal.user,
+        actor=principal.actor,
     )
     endpoint.notice = _hint_notice(kind, before, endpoint.ai_hint_expires_at, now)  # type: ignore[attr-defined]
     return endpoint
@@ -333,7 +366,9 @@ def _hint_notice(
 def clear_hints(principal: Principal, endpoint_id: int, payload: ReasonIn) -> Endpoint:
     """Drop the endpoint's hints; it runs on its baseline again."""
     endpoint = scoped_endpoint(principal, endpoint_id)
-    operations.clear_hints(endpoint, now=timezone.now(), reason=payload.reason, user=principal.user)
+    operations.clear_hints(
+        endpoint, now=timezone.now(), reason=payload.reason, actor=principal.actor
+    )
     return endpoint
 
 
@@ -348,5 +383,5 @@ def clear_hints(principal: Principal, endpoint_id: int, payload: ReasonIn) -> En
 def reset_failures(principal: Principal, endpoint_id: int) -> Endpoint:
     """Forget the failure streak (and its backoff)."""
     endpoint = scoped_endpoint(principal, endpoint_id)
-    operations.reset_failures(endpoint, now=timezone.now(), user=principal.user)
+    operations.reset_failures(endpoint, now=timezone.now(), actor=principal.actor)
     return endpoint

@@ -51,7 +51,7 @@ def create_job(principal: Principal, payload: JobIn) -> Job:
     """Create a job (a group of endpoints that can be paused together)."""
     values = {**payload.dict(exclude={"tenant_id"}), "tenant": tenant_for(principal, payload)}
     job = validated_job(principal, Job(), values)
-    job.save()
+    operations.save_job(job, now=timezone.now(), changed=None, actor=principal.actor)
     return job
 
 
@@ -76,11 +76,9 @@ def update_job(principal: Principal, job_id: int, payload: JobPatch) -> Job:
     """Change a job's name, description or concurrency limit (only the fields given)."""
     values = payload.dict(exclude_unset=True)
     job = scoped_job(principal, job_id)
-    before = job.run_policy
     job = validated_job(principal, job, values)
-    job.save(update_fields=["name", "description", "max_concurrent", "run_policy", "updated_at"])
-    if job.run_policy != before:
-        operations.replan_job(job, now=timezone.now())
+    changed = ["name", "description", "max_concurrent", "run_policy"]
+    operations.save_job(job, now=timezone.now(), changed=changed, actor=principal.actor)
     return job
 
 
@@ -96,7 +94,7 @@ def delete_job(principal: Principal, job_id: int) -> Message:
 
     To stop a job but keep its history, archive it instead (archive_job)."""
     job = scoped_job(principal, job_id)
-    operations.delete_for_good(Job.objects.filter(pk=job.pk))
+    operations.delete_for_good(Job.objects.filter(pk=job.pk), actor=principal.actor)
     return Message(detail=f"Job {job.name} deleted.")
 
 
@@ -105,7 +103,7 @@ def run_job_now(principal: Principal, job_id: int) -> Message:
     """Run every endpoint of the job now through the scheduler (paused ones and runs in
     flight are left out, and named)."""
     job = scoped_job(principal, job_id)
-    due, left_out = operations.run_job_now(job, now=timezone.now(), user=principal.user)
+    due, left_out = operations.run_job_now(job, now=timezone.now(), actor=principal.actor)
     detail = f"{count_words(due, 'endpoint')} of {job.name} due now."
     if left_out:
         detail += " Left out: " + " ".join(left_out)
@@ -123,7 +121,7 @@ def run_job_now(principal: Principal, job_id: int) -> Message:
 def pause_job(principal: Principal, job_id: int) -> Job:
     """Pause a job: none of its endpoints is claimed until it is resumed."""
     job = scoped_job(principal, job_id)
-    operations.pause_job(job, now=timezone.now(), user=principal.user)
+    operations.pause_job(job, now=timezone.now(), actor=principal.actor)
     return job
 
 
@@ -138,7 +136,7 @@ def pause_job(principal: Principal, job_id: int) -> Job:
 def resume_job(principal: Principal, job_id: int) -> Job:
     """Resume a paused job; its endpoints are planned afresh."""
     job = scoped_job(principal, job_id)
-    operations.resume_job(job, now=timezone.now(), user=principal.user)
+    operations.resume_job(job, now=timezone.now(), actor=principal.actor)
     return job
 
 
@@ -156,7 +154,7 @@ def archive_job(principal: Principal, job_id: int) -> Job:
     unarchive_job brings it back (paused); delete_job removes it and its history for good.
     """
     job = scoped_job(principal, job_id)
-    operations.archive_job(job, now=timezone.now(), user=principal.user)
+    operations.archive_job(job, now=timezone.now(), actor=principal.actor)
     return job
 
 
@@ -170,5 +168,5 @@ def archive_job(principal: Principal, job_id: int) -> Job:
 def unarchive_job(principal: Principal, job_id: int) -> Job:
     """Bring an archived job back, paused: resume_job then runs its endpoints again."""
     job = scoped_job(principal, job_id)
-    operations.unarchive_job(job, now=timezone.now(), user=principal.user)
+    operations.unarchive_job(job, now=timezone.now(), actor=principal.actor)
     return job

@@ -62,7 +62,7 @@ def rotate_signing_secret(principal: Principal, tenant_id: int) -> SigningSecret
     switch whenever they like within the grace period.
     """
     tenant = get_scoped(principal, Tenant.objects.all(), "pk", tenant_id)
-    secret = operations.rotate_signing_secret(tenant, now=timezone.now())
+    secret = operations.rotate_signing_secret(tenant, now=timezone.now(), actor=principal.actor)
     return SigningSecretOut(secret=secret, previous_secret_signs_until=tenant.hmac_previous_until)
 
 
@@ -70,7 +70,7 @@ def rotate_signing_secret(principal: Principal, tenant_id: int) -> SigningSecret
 def pause_tenant(principal: Principal, tenant_id: int) -> Message:
     """Pause every active job of the tenant: nothing of it runs until resume_tenant."""
     tenant = get_scoped(principal, Tenant.objects.all(), "pk", tenant_id)
-    count = operations.pause_tenant(tenant, now=timezone.now(), user=principal.user)
+    count = operations.pause_tenant(tenant, now=timezone.now(), actor=principal.actor)
     return Message(detail=f"{tenant.name}: {count_words(count, 'job')} paused.")
 
 
@@ -84,5 +84,5 @@ def pause_tenant(principal: Principal, tenant_id: int) -> Message:
 def resume_tenant(principal: Principal, tenant_id: int) -> Message:
     """Resume every paused job of the tenant; each endpoint is planned afresh."""
     tenant = get_scoped(principal, Tenant.objects.all(), "pk", tenant_id)
-    count = operations.resume_tenant(tenant, now=timezone.now(), user=principal.user)
+    count = operations.resume_tenant(tenant, now=timezone.now(), actor=principal.actor)
     return Message(detail=f"{tenant.name}: {count_words(count, 'job')} resumed.")

@@ -19,6 +19,7 @@ from django.utils.safestring import SafeString
 
 from console.admin.forms import PauseUntilForm
 from endpoints import operations
+from endpoints.audit import Actor
 from endpoints.models import Endpoint, RunStatus
 from endpoints.operations import OperationRefused
 from notifications.alerts import acknowledge
@@ -33,7 +34,7 @@ class Outcome:
 @dataclass(frozen=True)
 class Operation:
     label: str
-    perform: Callable[[Endpoint, datetime, Any, Mapping[str, Any]], Outcome]
+    perform: Callable[[Endpoint, datetime, Actor, Mapping[str, Any]], Outcome]
     # The operations that make an HTTP call in the admin's request are capped on the list.
     slow: bool = False
 
@@ -42,12 +43,12 @@ def _ok(message: str | SafeString) -> Outcome:
     return Outcome(messages.SUCCESS, message)
 
 
-def _run_now(endpoint: Endpoint, now: datetime, user: Any, data: Mapping[str, Any]) -> Outcome:
-    operations.run_now(endpoint, now=now, user=user)
+def _run_now(endpoint: Endpoint, now: datetime, actor: Actor, data: Mapping[str, Any]) -> Outcome:
+    operations.run_now(endpoint, now=now, actor=actor)
     return _ok(f"Run requested for {endpoint}; it starts within a second.")
 
 
-def _test(endpoint: Endpoint, now: datetime, user: Any, data: Mapping[str, Any]) -> Outcome:
+def _test(endpoint: Endpoint, now: datetime, actor: Actor, data: Mapping[str, Any]) -> Outcome:
     run = operations.test_endpoint(endpoint, now=now)
     code = f"HTTP {run.status_code}" if run.status_code else "no response"
     took = f" in {run.duration_ms} ms" if run.duration_ms is not None else ""
@@ -65,47 +66,53 @@ def _test(endpoint: Endpoint, now: datetime, user: Any, data: Mapping[str, Any])
     return Outcome(level, message)
 
 
-def _pause_for(hours: int) -> Callable[[Endpoint, datetime, Any, Mapping[str, Any]], Outcome]:
-    def pause(endpoint: Endpoint, now: datetime, user: Any, data: Mapping[str, Any]) -> Outcome:
+def _pause_for(hours: int) -> Callable[[Endpoint, datetime, Actor, Mapping[str, Any]], Outcome]:
+    def pause(endpoint: Endpoint, now: datetime, actor: Actor, data: Mapping[str, Any]) -> Outcome:
         until = now + timedelta(hours=hours)
         operations.pause_endpoint(
-            endpoint, now=now, until=until, reason=f"Paused for {hours} h in the admin", user=user
+            endpoint, now=now, until=until, reason=f"Paused for {hours} h in the admin", actor=actor
         )
         return _ok(f"Paused {endpoint} until {until:%Y-%m-%d %H:%M} UTC.")
 
     return pause
 
 
-def _pause_until(endpoint: Endpoint, now: datetime, user: Any, data: Mapping[str, Any]) -> Outcome:
+def _pause_until(
+    endpoint: Endpoint, now: datetime, actor: Actor, data: Mapping[str, Any]
+) -> Outcome:
     form = PauseUntilForm(data, now=now)
     if not form.is_valid():
         problems = "; ".join(str(e) for errors in form.errors.values() for e in errors)
         return Outcome(messages.ERROR, f"{endpoint} was not paused: {problems}")
     until = form.cleaned_data["until"]
     reason = form.cleaned_data["reason"] or "Paused in the admin"
-    operations.pause_endpoint(endpoint, now=now, until=until, reason=reason, user=user)
+    operations.pause_endpoint(endpoint, now=now, until=until, reason=reason, actor=actor)
     return _ok(f"Paused {endpoint} until {until:%Y-%m-%d %H:%M} UTC.")
 
 
-def _resume(endpoint: Endpoint, now: datetime, user: Any, data: Mapping[str, Any]) -> Outcome:
-    operations.resume_endpoint(endpoint, now=now, reason="Resumed in the admin", user=user)
+def _resume(endpoint: Endpoint, now: datetime, actor: Actor, data: Mapping[str, Any]) -> Outcome:
+    operations.resume_endpoint(endpoint, now=now, reason="Resumed in the admin", actor=actor)
     return _ok(f"Resumed {endpoint}.")
 
 
-def _clear_hints(endpoint: Endpoint, now: datetime, user: Any, data: Mapping[str, Any]) -> Outcome:
-    operations.clear_hints(endpoint, now=now, reason="Cleared in the admin", user=user)
+def _clear_hints(
+    endpoint: Endpoint, now: datetime, actor: Actor, data: Mapping[str, Any]
+) -> Outcome:
+    operations.clear_hints(endpoint, now=now, reason="Cleared in the admin", actor=actor)
     return _ok(f"Cleared the hints of {endpoint}; it is back on its baseline schedule.")
 
 
 def _reset_failures(
-    endpoint: Endpoint, now: datetime, user: Any, data: Mapping[str, Any]
+    endpoint: Endpoint, now: datetime, actor: Actor, data: Mapping[str, Any]
 ) -> Outcome:
-    operations.reset_failures(endpoint, now=now, user=user)
+    operations.reset_failures(endpoint, now=now, actor=actor)
     return _ok(f"Reset the failure count of {endpoint}; its backoff is gone.")
 
 
-def _acknowledge(endpoint: Endpoint, now: datetime, user: Any, data: Mapping[str, Any]) -> Outcome:
-    who = user.get_username() if user is not None else "the admin"
+def _acknowledge(
+    endpoint: Endpoint, now: datetime, actor: Actor, data: Mapping[str, Any]
+) -> Outcome:
+    who = actor.name if actor.user_id is not None else "the admin"
     if acknowledge(endpoint, now=now, by=who) is None:
         return Outcome(
             messages.WARNING,
@@ -117,8 +124,8 @@ def _acknowledge(endpoint: Endpoint, now: datetime, user: Any, data: Mapping[str
     )
 
 
-def _archive(endpoint: Endpoint, now: datetime, user: Any, data: Mapping[str, Any]) -> Outcome:
-    operations.archive_endpoint(endpoint, now=now, user=user)
+def _archive(endpoint: Endpoint, now: datetime, actor: Actor, data: Mapping[str, Any]) -> Outcome:
+    operations.archive_endpoint(endpoint, now=now, actor=actor)
     return _ok(f"Archived {endpoint}; it will not run again.")
 
 
@@ -141,6 +148,6 @@ def perform(
 ) -> Outcome:
     """Run one operation; a refusal becomes an error message (it names the endpoint)."""
     try:
-        return OPERATIONS[name].perform(endpoint, now, user, data)
+        return OPERATIONS[name].perform(endpoint, now, Actor.person(user), data)
     except OperationRefused as exc:
         return Outcome(messages.ERROR, str(exc))

@@ -27,6 +27,7 @@ from console.admin.filters import (
     user_tenant_ids,
 )
 from endpoints import operations
+from endpoints.audit import Actor
 
 # Fields holding secrets (header values, a URL's password, the HMAC secret). A lookup on
 # one (``?headers__X-Partner__startswith=a``) would let a person read a masked value back
@@ -67,10 +68,11 @@ class DeletesForGood(admin.ModelAdmin):
         return format_html('{}: <a href="{}">{}</a>', capfirst(self.opts.verbose_name), url, obj)
 
     def delete_model(self, request: HttpRequest, obj: Any) -> None:
-        operations.delete_for_good(type(obj).objects.filter(pk=obj.pk))
+        actor = Actor.person(request.user)
+        operations.delete_for_good(type(obj).objects.filter(pk=obj.pk), actor=actor)
 
     def delete_queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> None:
-        operations.delete_for_good(queryset)
+        operations.delete_for_good(queryset, actor=Actor.person(request.user))
 
 
 class TenantScopedAdmin(NoSecretLookups):

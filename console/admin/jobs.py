@@ -46,6 +46,7 @@ from console.admin.filters import (
     scope,
 )
 from console.admin.forms import EndpointAdminForm, PauseUntilForm, TenantAdminForm
+from console.admin.history import changes_of, explain_urls
 from console.admin.preview import preview_view
 from console.charts import (
     Bar,
@@ -56,6 +57,7 @@ from console.charts import (
     duration_chart,
 )
 from endpoints import operations
+from endpoints.audit import Actor
 from endpoints.choices import PauseSource
 from endpoints.governor import explain_plan
 from endpoints.models import Endpoint, HintHistory, HintKind, Job, Run, RunStatus, Tenant
@@ -94,20 +96,26 @@ class TenantAdmin(DeletesForGood, NoSecretLookups):
     @admin.action(description="Pause every job of the selected tenants")
     def pause_tenants(self, request: HttpRequest, queryset: QuerySet[Tenant]) -> None:
         for tenant in queryset:
-            count = operations.pause_tenant(tenant, now=timezone.now(), user=request.user)
+            count = operations.pause_tenant(
+                tenant, now=timezone.now(), actor=Actor.person(request.user)
+            )
             self.message_user(request, f"{tenant.name}: {count_words(count, 'job')} paused.")
 
     @admin.action(description="Resume every paused job of the selected tenants")
     def resume_tenants(self, request: HttpRequest, queryset: QuerySet[Tenant]) -> None:
         for tenant in queryset:
-            count = operations.resume_tenant(tenant, now=timezone.now(), user=request.user)
+            count = operations.resume_tenant(
+                tenant, now=timezone.now(), actor=Actor.person(request.user)
+            )
             self.message_user(request, f"{tenant.name}: {count_words(count, 'job')} resumed.")
 
     @admin.action(description="Rotate the signing secret (the previous one signs for a while)")
     def rotate_signing_secret(self, request: HttpRequest, queryset: QuerySet[Tenant]) -> None:
         now = timezone.now()
         for tenant in queryset:
-            secret = operations.rotate_signing_secret(tenant, now=now)
+            secret = operations.rotate_signing_secret(
+                tenant, now=now, actor=Actor.person(request.user)
+            )
             until = tenant.hmac_previous_until
             also = (
                 f" The previous secret also signs until {until:%Y-%m-%d %H:%M} UTC."
@@ -119,6 +127,12 @@ class TenantAdmin(DeletesForGood, NoSecretLookups):
                 f"New signing secret for {tenant.name} (shown once, copy it now): {secret}.{also}",
                 messages.WARNING,
             )
+
+    def save_model(self, request: HttpRequest, obj: Any, form: Any, change: bool) -> None:
+        editable = {f.name for f in self.opts.concrete_fields}
+        changed = [name for name in form.changed_data if name in editable] if change else None
+        actor = Actor.person(request.user)
+        operations.save_tenant(obj, now=timezone.now(), changed=changed, actor=actor)
 
     def has_module_permission(self, request: HttpRequest) -> bool:
         user: Any = request.user
@@ -184,8 +198,10 @@ class JobAdmin(DeletesForGood, TenantScopedAdmin):
         "max_concurrent",
         "run_policy",
         "endpoints_link",
+        "changes",
     )
-    readonly_fields = ("endpoints_link",)
+    readonly_fields = ("endpoints_link", "changes")
+    changes = changes_of
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Any]:
         # An aggregate drops Meta.ordering, so order explicitly (autocomplete paginates it).
@@ -198,12 +214,13 @@ class JobAdmin(DeletesForGood, TenantScopedAdmin):
 
     def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> Any:
         # A job's status changes through pause/resume, which reschedule its endpoints.
-        return ("status", "endpoints_link") if obj else ("endpoints_link",)
+        return ("status", "endpoints_link", "changes") if obj else ("endpoints_link", "changes")
 
     def save_model(self, request: HttpRequest, obj: Any, form: Any, change: bool) -> None:
-        super().save_model(request, obj, form, change)
-        if change and "run_policy" in form.changed_data:  # its endpoints' windows may move
-            operations.replan_job(obj, now=timezone.now())
+        editable = {f.name for f in self.opts.concrete_fields}
+        changed = [name for name in form.changed_data if name in editable] if change else None
+        actor = Actor.person(request.user)
+        operations.save_job(obj, now=timezone.now(), changed=changed, actor=actor)
 
     def formfield_for_foreignkey(self, db_field: Any, request: HttpRequest, **kwargs: Any) -> Any:
         if db_field.name == "tenant":
@@ -222,7 +239,9 @@ class JobAdmin(DeletesForGood, TenantScopedAdmin):
         now = timezone.now()
         for job in queryset:
             try:
-                due, left_out = operations.run_job_now(job, now=now, user=request.user)
+                due, left_out = operations.run_job_now(
+                    job, now=now, actor=Actor.person(request.user)
+                )
             except operations.OperationRefused as exc:
                 self.message_user(request, f"{job.name}: {exc}", messages.ERROR)
                 continue
@@ -257,7 +276,7 @@ class JobAdmin(DeletesForGood, TenantScopedAdmin):
         names = []
         for job in queryset:
             try:
-                operation(job, now=now, user=request.user)
+                operation(job, now=now, actor=Actor.person(request.user))
                 names.append(job.name)
             except operations.OperationRefused as exc:
                 self.message_user(request, f"{job.name}: {exc}", messages.ERROR)
@@ -312,7 +331,9 @@ class EndpointAdmin(DeletesForGood, TenantScopedAdmin):
         "failure_count",
         "last_run_at",
         "archived_at",
+        "changes",
     )
+    changes = changes_of
     fieldsets = (
         ("Request", {"fields": ("job", "name", "url", "method", "headers", "secret_header_names",
                                 "body", "timeout_ms", "max_response_size_kb")}),
@@ -364,7 +385,8 @@ class EndpointAdmin(DeletesForGood, TenantScopedAdmin):
 
     def get_fieldsets(self, request: HttpRequest, obj: Any = None) -> Any:
         # The state comes first on a change page: it is what a person opens it for.
-        return (self.state_fieldset, *self.fieldsets) if obj else self.fieldsets
+        history = ("History of changes", {"fields": ("changes",)})
+        return (self.state_fieldset, *self.fieldsets, history) if obj else self.fieldsets
 
     def formfield_for_foreignkey(self, db_field: Any, request: HttpRequest, **kwargs: Any) -> Any:
         if db_field.name == "job":
@@ -378,6 +400,7 @@ class EndpointAdmin(DeletesForGood, TenantScopedAdmin):
             now=timezone.now(),
             changed=[name for name in form.changed_data if name in editable] if change else None,
             schedule_changed=form.schedule_changed(),
+            actor=Actor.person(request.user),
         )
 
     # --- list columns -------------------------------------------------------------------
@@ -519,6 +542,7 @@ class EndpointAdmin(DeletesForGood, TenantScopedAdmin):
             path("preview/", preview, name="endpoints_endpoint_preview"),
             path("<path:object_id>/preview/", preview, name="endpoints_endpoint_preview"),
             operation,
+            *explain_urls(self),
             *super().get_urls(),
         ]
 

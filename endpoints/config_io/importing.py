@@ -14,6 +14,8 @@ from django.contrib.auth import get_user_model
 from django.core.exceptions import NON_FIELD_ERRORS, ValidationError
 from django.db import IntegrityError, models, transaction
 
+from endpoints import audit
+from endpoints.audit import Actor
 from endpoints.config_io.documents import ConfigError, load_document
 from endpoints.config_io.schema import (
     ALERT_KEYS,
@@ -393,9 +395,17 @@ def _render(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False, sort_keys=True)
 
 
-def apply_plan(plan: ImportPlan, *, now: datetime, progress: Progress | None = None) -> None:
+def apply_plan(
+    plan: ImportPlan,
+    *,
+    now: datetime,
+    actor: Actor = Actor.SYSTEM,
+    progress: Progress | None = None,
+) -> None:
     """Write ``plan`` in one transaction; new and rescheduled endpoints go through the
-    governor. ``progress`` is told each object written (stage "writing")."""
+    governor. Each tenant, job and endpoint created or updated is an audit entry with the
+    changes the plan describes (secrets masked there). ``progress`` is told each object
+    written (stage "writing")."""
     written = Tally(progress, "writing", len(plan.writes))
     with transaction.atomic():
         for write in plan.writes:
@@ -412,8 +422,17 @@ def apply_plan(plan: ImportPlan, *, now: datetime, progress: Progress | None = N
                 replan_job(instance, now=now)
             elif write.reschedule:
                 replan_after_edit(instance, now=now)  # type: ignore[arg-type]
+            _audit(write, actor=actor, now=now)
         for endpoint in plan.prune:
-            archive_endpoint(endpoint, now=now)
+            archive_endpoint(endpoint, now=now, actor=actor)
+
+
+def _audit(write: _Write, *, actor: Actor, now: datetime) -> None:
+    change = write.change
+    if change.kind not in ("tenant", "job", "endpoint") or change.action == "unchanged":
+        return
+    fields = [{"field": f.name, "before": f.old, "after": f.new} for f in change.fields]
+    audit.record(actor, write.instance, change.action, now=now, changes=fields, reason="import")
 
 
 def import_config(
@@ -426,6 +445,7 @@ def import_config(
     dry_run: bool = False,
     admit: Callable[[ImportPlan], list[str]] | None = None,
     progress: Progress | None = None,
+    actor: Actor = Actor.SYSTEM,
 ) -> ImportPlan:
     """Parse, check and (unless ``dry_run``) apply a file.
 
@@ -439,6 +459,7 @@ def import_config(
         dry_run=dry_run,
         admit=admit,
         progress=progress,
+        actor=actor,
     )
 
 
@@ -451,6 +472,7 @@ def import_document(
     dry_run: bool = False,
     admit: Callable[[ImportPlan], list[str]] | None = None,
     progress: Progress | None = None,
+    actor: Actor = Actor.SYSTEM,
 ) -> ImportPlan:
     """``import_config`` for an already parsed document (``manage.py demo`` builds one).
 
@@ -463,7 +485,7 @@ def import_document(
     try:
         with transaction.atomic():
             plan = _admitted(plan_import(config, prune=prune, progress=progress), admit)
-            apply_plan(plan, now=now, progress=progress)
+            apply_plan(plan, now=now, actor=actor, progress=progress)
     except IntegrityError as exc:
         # Only a rule the models' clean() does not mirror, or a concurrent edit, gets here.
         raise ConfigError([f"(database): a constraint refused the import: {exc}"]) from None

@@ -24,6 +24,7 @@ from django.db import (
 from django.db.models import Count
 from django.utils import timezone
 
+from endpoints.audit import note_tick
 from endpoints.engine import metrics, sql
 from endpoints.engine.logs import log_event, logger
 from endpoints.models import (
@@ -370,7 +371,10 @@ def tick(
             dispatch(taken)
         if len(taken) < batch or time.monotonic() >= budget_ends:
             break
+    # The heartbeat is only the last pass: a long silence before this one is kept apart.
+    previous = Heartbeat.objects.filter(name="tick").values_list("at", flat=True).first()
     Heartbeat.beat("tick", now=now, claimed=len(claims))
+    note_tick(previous, now=now)
     metrics.record_claims(len(claims))
     if logger.isEnabledFor(logging.DEBUG):
         for claim in claims:

@@ -14,6 +14,7 @@ from django.db import (
     transaction,
 )
 
+from endpoints.audit import prune_audit
 from endpoints.engine import metrics, partitions
 from endpoints.engine.claiming import (
     EXPIRED_RUN_ERROR,
@@ -53,10 +54,11 @@ def sweep_zombies(*, now: datetime) -> int:
 
 def retention_cycle(*, now: datetime) -> int:
     """One pass of the retention loop (the hourly prune task, ``runscheduler``'s
-    maintenance loop): ``prune_runs``, then the ``prune`` heartbeat with how many runs it
-    deleted. ``cleanup_runs`` calls ``prune_runs`` alone: its shifted ``now`` is no
-    loop's time."""
+    maintenance loop): ``prune_runs`` and ``audit.prune_audit``, then the ``prune``
+    heartbeat with how many runs it deleted. ``cleanup_runs`` calls ``prune_runs`` alone:
+    its shifted ``now`` is no loop's time."""
     deleted = prune_runs(now=now)
+    prune_audit(now=now)  # the audit trail and the scheduler's gaps, kept as long as runs
     Heartbeat.beat("prune", now=now, deleted=deleted)
     return deleted
 

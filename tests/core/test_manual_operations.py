@@ -8,6 +8,7 @@ import pytest
 from django.contrib.auth import get_user_model
 from django.utils import timezone
 
+from endpoints.audit import Actor
 from endpoints.engine.claiming import claim_due_endpoints
 from endpoints.engine.running import execute_claim
 from endpoints.models import (
@@ -149,7 +150,9 @@ def test_pausing_moves_the_next_run_to_the_end_of_the_pause_and_records_who(
     make_endpoint, user, now
 ):
     endpoint = make_endpoint(next_run_at=now + S)
-    entry = pause_endpoint(endpoint, now=now, until=now + HOUR, reason="deploy", user=user)
+    entry = pause_endpoint(
+        endpoint, now=now, until=now + HOUR, reason="deploy", actor=Actor.person(user)
+    )
     fresh(endpoint)
     assert (endpoint.paused_until, endpoint.pause_reason) == (now + HOUR, "deploy")
     assert (endpoint.next_run_at, endpoint.next_run_source) == (now + HOUR, Source.PAUSED)
@@ -178,7 +181,12 @@ def test_resuming_plans_from_the_baseline_at_once(make_endpoint, now):
 def test_a_tighter_interval_hint_brings_the_next_run_forward_at_once(make_endpoint, user, now):
     endpoint = make_endpoint(baseline_interval_ms=600_000, next_run_at=now + 500 * S)
     entry = apply_hint(
-        endpoint, now=now, interval_ms=30_000, ttl=HOUR, reason="queue growing", user=user
+        endpoint,
+        now=now,
+        interval_ms=30_000,
+        ttl=HOUR,
+        reason="queue growing",
+        actor=Actor.person(user),
     )
     fresh(endpoint)
     assert (endpoint.next_run_at, endpoint.next_run_source) == (now + 30 * S, Source.AI_INTERVAL)

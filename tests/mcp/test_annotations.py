@@ -17,6 +17,8 @@ from api.operations import OPERATIONS
 # Not a DELETE, yet nothing brings back what they end: an archived endpoint never runs
 # again; a rotated secret is gone.
 DESTRUCTIVE_POSTS = {"archive_endpoint", "rotate_signing_secret"}
+# POSTs that save nothing: their body is a proposal too large for a query.
+READING_POSTS = {"preview_change"}
 
 
 def listed_tools() -> dict[str, Tool]:
@@ -35,10 +37,10 @@ def assert_annotations_follow_from_method_and_kind(tools: dict[str, Tool]) -> No
         hints = tools[op.name].annotations
         assert hints is not None, op.name
         assert hints.title == op.summary, op.name
-        assert hints.read_only_hint is (op.method == "get"), op.name
+        assert hints.read_only_hint is (op.method == "get" or op.name in READING_POSTS), op.name
         destructive = op.method == "delete" or op.name in DESTRUCTIVE_POSTS
         assert hints.destructive_hint is destructive, op.name
-        if op.method in ("get", "patch", "delete"):
+        if op.method in ("get", "patch", "delete") or op.name in READING_POSTS:
             assert hints.idempotent_hint is True, op.name
         assert hints.open_world_hint is (op.name in ("test_endpoint", "test_channel")), op.name
     # The deletes, one by one: each is destructive.

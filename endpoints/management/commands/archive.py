@@ -8,6 +8,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.utils import timezone
 
+from endpoints.audit import Actor
 from endpoints.management.commands._shared import REF_HELP, find_endpoint, find_job
 from endpoints.models import JobStatus
 from endpoints.operations import archive_endpoint, archive_job
@@ -35,7 +36,7 @@ class Command(BaseCommand):
             job = find_job(options["job"])
             if job.status == JobStatus.ARCHIVED:
                 raise CommandError(f"Job {job.name} is already archived.")
-            archive_job(job, now=now)
+            archive_job(job, now=now, actor=Actor.command())
             self.stdout.write(
                 f"Job {job.name} archived: none of its endpoints runs; history kept. "
                 f"Undo with: manage.py unarchive --job {job.name}"
@@ -44,5 +45,5 @@ class Command(BaseCommand):
         endpoint = find_endpoint(options["endpoint"])
         if endpoint.archived_at:
             raise CommandError(f"{endpoint.ref} was already archived at {endpoint.archived_at}.")
-        archive_endpoint(endpoint, now=now)
+        archive_endpoint(endpoint, now=now, actor=Actor.command())
         self.stdout.write(f"{endpoint.ref} archived.")

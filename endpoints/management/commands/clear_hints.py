@@ -7,6 +7,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandParser
 from django.utils import timezone
 
+from endpoints.audit import Actor
 from endpoints.management.commands._shared import (
     add_endpoint_argument,
     describe_endpoint_state,
@@ -29,6 +30,6 @@ class Command(BaseCommand):
     def handle(self, *args: Any, **options: Any) -> None:
         now = timezone.now()
         endpoint = find_endpoint(options["endpoint"])
-        clear_hints(endpoint, now=now, reason=options["reason"])
+        clear_hints(endpoint, now=now, reason=options["reason"], actor=Actor.command())
         endpoint.refresh_from_db()
         self.stdout.write(describe_endpoint_state(endpoint, now))

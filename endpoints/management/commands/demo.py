@@ -12,6 +12,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import transaction
 from django.utils import timezone
 
+from endpoints.audit import Actor
 from endpoints.config_io.documents import ConfigError
 from endpoints.config_io.importing import import_document
 from endpoints.engine.guard import AddressGuard, BlockedAddressError, NetworkPolicy
@@ -120,13 +121,19 @@ class Command(BaseCommand):
             with transaction.atomic():
                 ensure_admin(password)
                 environ = {INBOX_VARIABLE: f"{base_url}/demo/inbox/"}
-                import_document(demo_document(base_url), environ=environ, now=now, prune=True)
+                import_document(
+                    demo_document(base_url),
+                    environ=environ,
+                    now=now,
+                    prune=True,
+                    actor=Actor.command(),
+                )
                 job = Job.objects.get(tenant__name=DEMO_TENANT, name=DEMO_JOB)
                 if job.status != JobStatus.ACTIVE:
-                    resume_job(job, now=now)
+                    resume_job(job, now=now, actor=Actor.command())
                 # Each endpoint runs once as soon as the scheduler is up, so the dashboard
                 # shows answers at once rather than after a first interval of silence.
-                run_job_now(job, now=now)
+                run_job_now(job, now=now, actor=Actor.command())
         except ConfigError as exc:
             raise CommandError(
                 f"--base-url {base_url!r} does not make valid endpoints:\n  "

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import asdict, replace
 from datetime import datetime
 from typing import Any
 from zoneinfo import ZoneInfo
@@ -28,6 +28,7 @@ from endpoints.management.commands._shared import (
     to_json,
 )
 from endpoints.models import Endpoint
+from endpoints.past import PastSlot, explain_past
 from endpoints.schedules import describe_schedule, format_interval
 from endpoints.wording import count_words, delta_words
 
@@ -37,7 +38,10 @@ class Command(BaseCommand):
         "Explain when an endpoint runs next and why: the baseline and every fresh hint as "
         "candidates, which one won and the rule that picked it, clamps to the min/max "
         "interval, and a pause. The endpoint's current state is planned as of now (or "
-        "--at), start to start from its last run, as the scheduler has it."
+        "--at), start to start from its last run, as the scheduler has it. With a past "
+        "--at, it first says what happened to the slot due then, from what was recorded: "
+        "ran (its run), skipped, paused (by whom, until when), a window, the breaker, the "
+        "scheduler not running, archived, not created yet."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
@@ -45,7 +49,8 @@ class Command(BaseCommand):
         parser.add_argument(
             "--at",
             metavar="ISO",
-            help="Plan as of this time instead of now (ISO 8601; UTC when no offset).",
+            help="Plan as of this time instead of now (ISO 8601; UTC when no offset); a past "
+            "time also says what happened to the slot due then, from what was recorded.",
         )
         parser.add_argument(
             "--next",
@@ -59,11 +64,14 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, **options: Any) -> None:
         endpoint = find_endpoint(options["endpoint"])
-        now = parse_when(options["at"], option="--at") if options["at"] else timezone.now()
+        today = timezone.now()
+        now = parse_when(options["at"], option="--at") if options["at"] else today
         count = options["next"]
         if not 0 <= count <= MAX_PREVIEW:
             raise CommandError(f"--next takes 1..{MAX_PREVIEW} runs; got {count}.")
         try:
+            # A past time: what was recorded of its slot too, before the plan as of then.
+            slot = explain_past(endpoint, now, now=today) if now < today else None
             schedule = operations.held_schedule(endpoint)
             decision = decide_after_edit(now, endpoint.last_run_at, schedule)
             upcoming = preview_runs(now, schedule, count, last_run_at=endpoint.last_run_at)
@@ -72,12 +80,16 @@ class Command(BaseCommand):
             raise CommandError(f"{endpoint.ref} cannot be planned: {exc}") from None
         if options["json"]:
             document = as_json(endpoint, decision)
+            if slot is not None:
+                document["past"] = past_json(slot)
             if count:
                 document["next"] = planned
                 if len(planned) < count:
                     document["runs_end"] = runs_end(now, schedule, upcoming)
             self.stdout.write(to_json(document))
         else:
+            if slot is not None:
+                self.stdout.write(past_text(slot))
             self.stdout.write(as_text(endpoint, decision))
             if count:
                 self.stdout.write(f"Next {count} runs ({endpoint.timezone} | UTC):")
@@ -85,6 +97,17 @@ class Command(BaseCommand):
                     self.stdout.write(f"  {item['local']}  |  {item['utc']}  ({item['source']})")
                 if len(planned) < count:
                     self.stdout.write(f"  then no more runs: {runs_end(now, schedule, upcoming)}")
+
+
+def past_json(slot: PastSlot) -> dict[str, Any]:
+    return {**asdict(slot), "at": iso(slot.at), "slot": iso(slot.slot), "until": iso(slot.until)}
+
+
+def past_text(slot: PastSlot) -> str:
+    return (
+        f"The slot due at {slot.slot:%Y-%m-%d %H:%M:%S} UTC ({slot.reason}): {slot.words}\n"
+        "The plan as of then, with the endpoint as it is now:"
+    )
 
 
 MAX_PREVIEW = 100

@@ -8,6 +8,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.utils import timezone
 
+from endpoints.audit import Actor
 from endpoints.choices import DEFAULT_HINT_TTL_MS
 from endpoints.management.commands._shared import (
     add_endpoint_argument,
@@ -70,6 +71,7 @@ class Command(BaseCommand):
                 next_run_at=next_run_at,
                 ttl=ttl,
                 reason=options["reason"],
+                actor=Actor.command(),
             )
         except OperationRefused as exc:
             raise CommandError(str(exc)) from None

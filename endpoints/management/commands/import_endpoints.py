@@ -11,6 +11,7 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.utils import timezone
 
+from endpoints.audit import Actor
 from endpoints.config_io.documents import ConfigError
 from endpoints.config_io.importing import Change, ImportPlan, import_config
 from endpoints.management.commands._progress import progress_bars
@@ -71,6 +72,7 @@ class Command(BaseCommand):
                     prune=options["prune"],
                     dry_run=options["dry_run"],
                     progress=progress,
+                    actor=Actor.command(),
                 )
         except ConfigError as exc:
             count = len(exc.problems)

@@ -7,6 +7,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.utils import timezone
 
+from endpoints.audit import Actor
 from endpoints.management.commands._shared import (
     REF_HELP,
     describe_endpoint_state,
@@ -69,7 +70,7 @@ class Command(BaseCommand):
                 if options["endpoint"] or options["job"]:
                     raise CommandError("--tenant pauses a whole tenant; give no ENDPOINT or --job.")
                 tenant = find_tenant(options["tenant"])
-                count = pause_tenant(tenant, now=now)
+                count = pause_tenant(tenant, now=now, actor=Actor.command())
                 self.stdout.write(
                     f"{tenant.name}: {count_words(count, 'job')} paused; resume with: "
                     f"manage.py resume --tenant {tenant.name}"
@@ -87,7 +88,7 @@ class Command(BaseCommand):
         if options["endpoint"]:
             raise CommandError("--job pauses a whole job; give no ENDPOINT.")
         job = find_job(options["job"])
-        pause_job(job, now=now)
+        pause_job(job, now=now, actor=Actor.command())
         self.stdout.write(
             f"Job {job.name} paused; resume it with: manage.py resume --job {job.name}"
         )
@@ -102,6 +103,8 @@ class Command(BaseCommand):
         else:
             raise CommandError("Say for how long: --for 2h, or --until 2026-03-01T14:30:00Z.")
         endpoint = find_endpoint(options["endpoint"])
-        pause_endpoint(endpoint, now=now, until=until, reason=options["reason"])
+        pause_endpoint(
+            endpoint, now=now, until=until, reason=options["reason"], actor=Actor.command()
+        )
         endpoint.refresh_from_db()
         self.stdout.write(describe_endpoint_state(endpoint, now))

@@ -7,6 +7,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandParser
 from django.utils import timezone
 
+from endpoints.audit import Actor
 from endpoints.management.commands._shared import (
     add_endpoint_argument,
     describe_endpoint_state,
@@ -28,7 +29,7 @@ class Command(BaseCommand):
         now = timezone.now()
         endpoint = find_endpoint(options["endpoint"])
         before = endpoint.failure_count
-        reset_failures(endpoint, now=now)
+        reset_failures(endpoint, now=now, actor=Actor.command())
         endpoint.refresh_from_db()
         self.stdout.write(f"Failure count {before} -> 0.")
         self.stdout.write(describe_endpoint_state(endpoint, now))

@@ -7,6 +7,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.utils import timezone
 
+from endpoints.audit import Actor
 from endpoints.management.commands._shared import (
     REF_HELP,
     describe_endpoint_state,
@@ -42,16 +43,16 @@ class Command(BaseCommand):
         try:
             if options["tenant"]:
                 tenant = find_tenant(options["tenant"])
-                count = resume_tenant(tenant, now=now)
+                count = resume_tenant(tenant, now=now, actor=Actor.command())
                 self.stdout.write(f"{tenant.name}: {count_words(count, 'job')} resumed.")
                 return
             if options["job"]:
                 job = find_job(options["job"])
-                resume_job(job, now=now)
+                resume_job(job, now=now, actor=Actor.command())
                 self.stdout.write(f"Job {job.name} resumed.")
                 return
             endpoint = find_endpoint(options["endpoint"])
-            resume_endpoint(endpoint, now=now, reason=options["reason"])
+            resume_endpoint(endpoint, now=now, reason=options["reason"], actor=Actor.command())
         except OperationRefused as exc:
             raise CommandError(str(exc)) from None
         endpoint.refresh_from_db()

@@ -9,6 +9,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.utils import timezone
 
 from endpoints import operations
+from endpoints.audit import Actor
 from endpoints.management.commands._shared import parse_duration
 from endpoints.models import Tenant
 
@@ -35,7 +36,9 @@ class Command(BaseCommand):
         grace = None
         if options["grace"]:
             grace = parse_duration(options["grace"], option="--grace")
-        secret = operations.rotate_signing_secret(tenant, now=timezone.now(), grace=grace)
+        secret = operations.rotate_signing_secret(
+            tenant, now=timezone.now(), grace=grace, actor=Actor.command()
+        )
         self.stdout.write(secret)
         until = tenant.hmac_previous_until
         self.stderr.write(

@@ -7,6 +7,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.utils import timezone
 
+from endpoints.audit import Actor
 from endpoints.management.commands._shared import REF_HELP, find_endpoint, find_job
 from endpoints.operations import OperationRefused, run_job_now, run_now
 from endpoints.wording import count_words
@@ -32,7 +33,7 @@ class Command(BaseCommand):
                 raise CommandError("Give either ENDPOINT or --job JOB, not both.")
             job = find_job(options["job"])
             try:
-                due, left_out = run_job_now(job, now=timezone.now())
+                due, left_out = run_job_now(job, now=timezone.now(), actor=Actor.command())
             except OperationRefused as exc:
                 raise CommandError(str(exc)) from None
             self.stdout.write(f"{count_words(due, 'endpoint')} of job {job.name} due now.")
@@ -43,7 +44,7 @@ class Command(BaseCommand):
             raise CommandError("Name the ENDPOINT to run (job/endpoint or id), or use --job.")
         endpoint = find_endpoint(options["endpoint"])
         try:
-            run_now(endpoint, now=timezone.now())
+            run_now(endpoint, now=timezone.now(), actor=Actor.command())
         except OperationRefused as exc:
             raise CommandError(str(exc)) from None
         self.stdout.write(

@@ -7,6 +7,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.utils import timezone
 
+from endpoints.audit import Actor
 from endpoints.management.commands._shared import find_job
 from endpoints.operations import OperationRefused, unarchive_job
 
@@ -24,7 +25,7 @@ class Command(BaseCommand):
     def handle(self, *args: Any, **options: Any) -> None:
         job = find_job(options["job"])
         try:
-            unarchive_job(job, now=timezone.now())
+            unarchive_job(job, now=timezone.now(), actor=Actor.command())
         except OperationRefused as exc:
             raise CommandError(str(exc)) from None
         self.stdout.write(
