@@ -242,7 +242,7 @@ class HeadersWidget(EditorTextarea):
     editor = "headers"
 
     def editor_context(self) -> dict[str, Any]:
-        return {"mask": MASK, "secret_words": ",".join(SECRET_HEADER_WORDS)}
+        return {"mask": MASK, "secret_words": ", ".join(SECRET_HEADER_WORDS)}
 
 
 class JSONBodyWidget(EditorTextarea):

@@ -53,8 +53,11 @@
     var note = root.querySelector(".cc-editor-note");
     var state = { json: true };
 
+    var help = document.getElementById(root.querySelector(".cc-raw textarea").id + "_helptext");
+
     function use(json, why) {
       state.json = json;
+      if (help) help.hidden = !json;  // it tells how to write the JSON
       fields.hidden = json;
       raw.hidden = !json;
       toggle.textContent = json ? "Edit with fields" : "Edit as JSON";
@@ -369,27 +372,35 @@
        window's with its number): put it beside that key, and mark the window. */
     function place(messages) {
       keys.forEach(function (node) {
-        showMessages(node.querySelector(".cc-key-errors"), []);
         node.querySelectorAll(".cc-invalid").forEach(function (row) { row.classList.remove("cc-invalid"); });
       });
       var byKey = {};
+      var elsewhere = [];
       var placed = messages.map(function (message) {
         var parts = /^(?:With the job's defaults: )?([a-z_]+): ([\s\S]*)$/.exec(message);
-        if (!parts || !byName[parts[1]]) return false;
+        if (!parts || !byName[parts[1]]) {
+          elsewhere.push(message);
+          return false;
+        }
         (byKey[parts[1]] = byKey[parts[1]] || []).push(parts[2]);
         var number = /^window (\d+):/.exec(parts[2]);
         var rows = byName[parts[1]].querySelector(".cc-rows");
         if (number && rows && rows.children[number[1] - 1]) rows.children[number[1] - 1].classList.add("cc-invalid");
         return true;
       });
-      Object.keys(byKey).forEach(function (name) {
-        showMessages(byName[name].querySelector(".cc-key-errors"), byKey[name]);
+      keys.forEach(function (node) {
+        var mine = byKey[node.dataset.key] || [];
+        showMessages(node.querySelector(".cc-key-errors"), mine);
+        node.classList.toggle("cc-wrong", mine.length > 0);
       });
+      showMessages(root.querySelector(".cc-policy-errors"), elsewhere);
       return placed;
     }
 
     var state = editor(root, kind);
+    // The saved messages the fields do not name stay where the admin put them.
     var placed = place(saved.map(function (item) { return item.textContent; }));
+    showMessages(root.querySelector(".cc-policy-errors"), []);
     saved.forEach(function (item, index) { item.dataset.placed = placed[index] ? "yes" : "no"; });
     kind.shown(state.json);
 
@@ -398,8 +409,7 @@
       var errors = (event.detail.errors || []).filter(function (problem) { return problem.field === textarea.name; });
       var messages = errors.length ? errors[0].messages : [];
       saved.forEach(function (item) { item.hidden = !state.json; item.dataset.placed = "yes"; });
-      var where = place(messages);
-      root.classList.toggle("cc-unplaced", where.indexOf(false) >= 0);
+      place(messages);
     });
   }
 
@@ -409,7 +419,7 @@
     var textarea = root.querySelector(".cc-raw textarea");
     var namesArea = document.getElementById(root.dataset.secretNames);
     var namesRow = namesArea && namesArea.closest(".form-row");
-    var words = root.dataset.secretWords.split(",");
+    var words = root.dataset.secretWords.split(", ");
     var rows = root.querySelector(".cc-rows");
     var errors = root.querySelector(".cc-key-errors");
     var declared = [];
