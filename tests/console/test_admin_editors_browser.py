@@ -197,7 +197,8 @@ def test_without_javascript_the_json_text_areas_are_the_form(
         page.fill("#id_run_policy", '{"jitter_ms": 30000}')
         page.click("input[name=_continue]")
         expect(page.locator(".messagelist")).to_contain_text("was changed successfully")
-        expect(page.locator(".field-run_policy .cc-in-effect")).to_contain_text("Jitter: 30 seconds")
+        in_effect = page.locator(".field-run_policy .cc-in-effect")
+        expect(in_effect).to_contain_text("Jitter: 30 seconds")
 
     endpoint.refresh_from_db()
     assert endpoint.run_policy == {"jitter_ms": 30_000}
