@@ -54,11 +54,11 @@ RUN_POLICY_HELP = (
 )
 
 
-def show_policy_in_effect(form: forms.ModelForm, lines: list[str]) -> None:
-    """Under the run policy's fields, what the saved one does (its widget is the form's own
+def show_policy_in_effect(form: forms.ModelForm, lines: list[str], where: str) -> None:
+    """Above the run policy's fields, what the saved one does (its widget is the form's own
     copy, so this is for this page only)."""
     widget: Any = form.fields["run_policy"].widget
-    widget.in_effect = tuple(lines)
+    widget.in_effect, widget.in_effect_label = tuple(lines), where
 
 
 class EndpointAdminForm(MovableEndpointForm):
@@ -67,7 +67,8 @@ class EndpointAdminForm(MovableEndpointForm):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         if self.instance.pk:
-            show_policy_in_effect(self, policy_words(self.instance.policy, self.instance.timezone))
+            words = policy_words(self.instance.policy, self.instance.timezone)
+            show_policy_in_effect(self, words, "with the job's defaults")
 
     class Meta(MovableEndpointForm.Meta):
         field_classes = {
@@ -77,7 +78,7 @@ class EndpointAdminForm(MovableEndpointForm):
             "run_policy": BoundedJSONField,
         }
         widgets = {
-            "run_policy": RunPolicyWidget(),
+            "run_policy": RunPolicyWidget(under="the job's"),
             "headers": HeadersWidget(),
             "secret_header_names": forms.Textarea(
                 attrs={"rows": 1, "cols": 70, "class": "cc-code"}
@@ -116,7 +117,8 @@ class JobAdminForm(MovableJobForm):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         if self.instance.pk:
-            show_policy_in_effect(self, policy_words(stored_policy(self.instance.run_policy, {})))
+            words = policy_words(stored_policy(self.instance.run_policy, {}))
+            show_policy_in_effect(self, words, "for its endpoints, unless one overrides a key")
 
 
 class PauseUntilForm(forms.Form):

@@ -218,11 +218,16 @@ class EditorTextarea(forms.Textarea):
 
 class RunPolicyWidget(EditorTextarea):
     """The run policy: ``POLICY_GROUPS`` as fields; ``in_effect`` (lines the form sets
-    from the saved policy) shown under them."""
+    from the saved policy, said where from by ``in_effect_label``) shown above them."""
 
     editor_template = "console/widgets/run_policy.html"
     editor = "policy"
     in_effect: tuple[str, ...] = ()
+    in_effect_label = ""
+
+    def __init__(self, attrs: dict[str, Any] | None = None, *, under: str = "") -> None:
+        super().__init__(attrs)
+        self.under = under  # whose keys apply where this one sets none ("the job's")
 
     def editor_context(self) -> dict[str, Any]:
         return {
@@ -230,6 +235,8 @@ class RunPolicyWidget(EditorTextarea):
             "days": DAYS,
             "units": DURATION_UNITS,
             "in_effect": self.in_effect,
+            "in_effect_label": self.in_effect_label,
+            "under": self.under,
         }
 
 

@@ -57,7 +57,13 @@ def key(page: Page, name: str) -> Locator:
     return page.locator(f".field-run_policy .cc-key[data-key={name}]")
 
 
+def open_group(page: Page, title: str) -> None:
+    page.locator(".field-run_policy .cc-group > summary", has_text=title).click()
+
+
 def fill_retries_and_business_hours(page: Page) -> None:
+    open_group(page, "Retries")
+    open_group(page, "Windows")
     key(page, "retry_attempts").locator("input.cc-value").press_sequentially("3")
     delay = key(page, "retry_delay_ms")
     delay.locator("input.cc-value").press_sequentially("10")
@@ -90,6 +96,10 @@ def test_a_person_fills_a_run_policy_with_fields_and_saves_it(
         preview = page.locator("#cc-run-preview")
         expect(preview.locator("tbody tr")).to_have_count(10)
         expect(page.locator(f"{policy} textarea")).to_be_hidden()  # the fields stand in
+        expect(page.locator(f"{policy} details[open]")).to_have_count(0)  # nothing set yet
+        expect(page.locator(f"{policy} .cc-editor-note")).to_have_text(
+            "No key set here: the job's policy and the defaults apply. Open a group to set one."
+        )
         shot(page.locator(policy), "policy-1-empty")
 
         fill_retries_and_business_hours(page)
@@ -99,6 +109,7 @@ def test_a_person_fills_a_run_policy_with_fields_and_saves_it(
         expect(preview.locator(".cc-preview-errors")).to_have_count(0)
         shot(page.locator(policy), "policy-2-filled")
 
+        open_group(page, "Active period")
         set_active_period(page, "2027-01-02T00:00:00", "2027-01-01T00:00:00")
         errors = key(page, "active_until").locator(".cc-key-errors")
         expect(errors).to_contain_text("is not after active_from")  # from the preview
@@ -108,7 +119,7 @@ def test_a_person_fills_a_run_policy_with_fields_and_saves_it(
         expect(key(page, "retry_attempts").locator("input.cc-value")).to_have_value("3")
         expect(errors).to_contain_text("2027-01-01T00:00:00Z is not after active_from")
         shot(page.locator(policy), "policy-3-error")
-        shot(page.locator("fieldset.cc-group:has([data-key=active_until])"), "policy-3-error-close")
+        shot(page.locator("details.cc-group:has([data-key=active_until])"), "policy-3-error-close")
 
         set_active_period(page, "", "")
         page.get_by_role("button", name="Edit as JSON").first.click()
@@ -127,6 +138,8 @@ def test_a_person_fills_a_run_policy_with_fields_and_saves_it(
         expect(key(page, "retry_delay_ms").locator("input.cc-value")).to_have_value("10")
         expect(key(page, "allowed").locator("input.cc-start")).to_have_value("09:00")
         shot(page.locator(policy), "policy-4-saved")
+        expect(preview.locator("tbody tr[data-source=window]").first).to_be_visible()
+        shot(preview, "policy-5-saved-preview")
 
     endpoint.refresh_from_db()
     assert endpoint.run_policy == {
@@ -211,6 +224,7 @@ def test_a_job_policy_is_edited_with_the_same_fields(live_server: Any, endpoint:
     with chromium_page() as page:
         sign_in(page, base)
         page.goto(f"{base}/admin/endpoints/job/{job.pk}/change/")
+        open_group(page, "Backoff and breaker")
         breaker = key(page, "breaker_failed_slots")
         breaker.locator("input.cc-value").press_sequentially("5")
         cooldown = key(page, "breaker_cooldown_ms")
@@ -229,3 +243,25 @@ def test_a_job_policy_is_edited_with_the_same_fields(live_server: Any, endpoint:
         "breaker_cooldown_ms": 900_000,
         "backoff_cap_ms": None,
     }
+
+
+def test_a_stored_value_the_fields_cannot_show_is_kept_as_it_is(
+    live_server: Any, endpoint: Endpoint
+) -> None:
+    base = live_server.url
+    kept = {"active_until": "2030-01-01T00:00:00.250+00:00", "jitter_ms": 5_000}
+    Endpoint.objects.filter(pk=endpoint.pk).update(run_policy=kept)
+    with chromium_page() as page:
+        sign_in(page, base)
+        page.goto(f"{base}/admin/endpoints/endpoint/{endpoint.pk}/change/")
+        until = key(page, "active_until")
+        expect(until.locator(".cc-key-note")).to_contain_text("which these fields cannot show")
+        expect(until.locator("input.cc-value")).to_be_disabled()
+        jitter = key(page, "jitter_ms")
+        expect(jitter.locator("input.cc-value")).to_have_value("5")
+        jitter.locator("input.cc-value").fill("7")
+        page.click("input[name=_continue]")
+        expect(page.locator(".messagelist")).to_contain_text("was changed successfully")
+
+    endpoint.refresh_from_db()
+    assert endpoint.run_policy == {**kept, "jitter_ms": 7_000}

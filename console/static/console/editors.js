@@ -43,8 +43,8 @@
   }
 
   /* What every editor shares: the toggle between fields and JSON, the text area kept in
-     step. ``kind`` fills the fields (throwing an Error in words when the JSON cannot be
-     shown as fields) and writes the text area(s). */
+     step. ``kind`` fills the fields (returning a note, or throwing an Error in words when
+     the JSON cannot be shown as fields) and writes the text area(s). */
   function editor(root, kind) {
     var fields = root.querySelector(".cc-editor");
     var raw = root.querySelector(".cc-raw");
@@ -67,8 +67,7 @@
 
     function toFields() {
       try {
-        kind.fill();
-        use(false);
+        use(false, kind.fill());
       } catch (error) {
         use(true, error.message);
       }
@@ -286,12 +285,15 @@
         else if (input.tagName === "SELECT") input.selectedIndex = input.classList.contains("cc-unit") ? input.selectedIndex : 0;
         else input.value = "";
       });
+      node.querySelectorAll("button").forEach(function (button) { button.disabled = false; });
       var rows = node.querySelector(".cc-rows");
       if (rows) rows.replaceChildren();
       node.querySelector(".cc-key-note").hidden = true;
+      delete node.dataset.unshown;
     }
 
     function nulled(node) {
+      if (node.dataset.unshown) return;  // its inputs stay off: the value is kept as it is
       var box = nullBox(node);
       node.querySelectorAll(".cc-value, .cc-unit").forEach(function (input) {
         input.disabled = Boolean(box && box.checked);
@@ -316,17 +318,24 @@
             note.textContent = "Stored as " + JSON.stringify(policy[name]).slice(0, 200) +
               ", which these fields cannot show; it is kept as it is (edit it as JSON).";
             note.hidden = false;
+            node.dataset.unshown = "yes";
             node.querySelectorAll("input, select, button").forEach(function (input) { input.disabled = true; });
           }
           nulled(node);
         });
         keys.forEach(nulled);
+        // Only the groups in use start open: seven headings, not seventeen fields.
+        root.querySelectorAll(".cc-group").forEach(function (group) {
+          group.open = Array.prototype.some.call(group.querySelectorAll(".cc-key"), function (node) {
+            return node.dataset.key in policy;
+          });
+        });
         stored = policy;
         touched = {};
-        root.querySelector(".cc-editor-note").textContent = others.length
-          ? "Kept as they are, without fields (edit them as JSON): " + others.join(", ") + "."
-          : "";
-        return others;
+        if (others.length) {
+          return "Kept as they are, without fields (edit them as JSON): " + others.join(", ") + ".";
+        }
+        return Object.keys(policy).length ? "" : root.dataset.empty;
       },
       input: function (target) {
         var node = target.closest(".cc-key");
@@ -392,6 +401,7 @@
         var mine = byKey[node.dataset.key] || [];
         showMessages(node.querySelector(".cc-key-errors"), mine);
         node.classList.toggle("cc-wrong", mine.length > 0);
+        if (mine.length) node.closest(".cc-group").open = true;
       });
       showMessages(root.querySelector(".cc-policy-errors"), elsewhere);
       return placed;
