@@ -495,7 +495,8 @@
         }));
       },
       shown: function (json) {
-        if (namesRow) namesRow.hidden = !json;
+        // Its own row, unless a save left a message there to read.
+        if (namesRow) namesRow.hidden = !json && !namesRow.classList.contains("errors");
       },
     };
 
