@@ -165,7 +165,7 @@ def default_words(key: PolicyKey, value: Any) -> str:
 
 def policy_words(policy: RunPolicy, zone: str = "") -> list[str]:
     """The keys of a resolved policy that differ from the defaults, one line each in the
-    fields' own labels: what the saved policy does, shown under its editor."""
+    fields' own labels: what the saved policy does, shown above its editor."""
     if policy.problem:
         return [f"The saved policy cannot be used ({policy.problem}); the defaults apply."]
     lines = []
