@@ -236,6 +236,7 @@ def test_a_job_policy_is_edited_with_the_same_fields(live_server: Any, endpoint:
         expect(page.locator(".field-run_policy .cc-in-effect")).to_contain_text(
             "Pause after failed slots: 5"
         )
+        shot(page.locator(".field-run_policy"), "policy-6-job")
 
     job.refresh_from_db()
     assert job.run_policy == {
