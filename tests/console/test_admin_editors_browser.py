@@ -75,6 +75,11 @@ def fill_retries_and_business_hours(page: Page) -> None:
         window.get_by_label(day).check()
     window.locator("input.cc-start").fill("09:00")
     window.locator("input.cc-end").fill("17:00")
+    blackouts = key(page, "blackout")  # a row added by mistake, and removed
+    blackouts.get_by_role("button", name="Add a window").click()
+    blackouts.locator(".cc-window input.cc-start").fill("12:00")
+    blackouts.get_by_role("button", name="Remove").click()
+    expect(blackouts.locator(".cc-window")).to_have_count(0)
 
 
 def set_active_period(page: Page, start: str, end: str) -> None:

@@ -107,7 +107,13 @@
 
   var MOMENT = /^(\d{4}-\d\d-\d\dT\d\d:\d\d(?::\d\d)?)(Z|[+-]\d\d:\d\d)$/;
   var CLOCK = /^\d\d:\d\d$/;
-  var DAYS = ["mon", "tue", "wed", "thu", "fri", "sat", "sun"];
+  // The days a window row offers, in week order (endpoints.windows.DAYS, via the template).
+  function daysOf(node) {
+    var template = node.querySelector(".cc-row-template");
+    return Array.prototype.map.call(template.content.querySelectorAll(".cc-days input"), function (box) {
+      return box.value;
+    });
+  }
 
   function valueInput(node) {
     return node.querySelector(".cc-value");
@@ -238,11 +244,12 @@
     },
     windows: {
       show: function (node, value) {
+        var days = daysOf(node);
         var shape = Array.isArray(value) && value.every(function (w) {
           return isObject(w) && typeof w.start === "string" && CLOCK.test(w.start) &&
             typeof w.end === "string" && CLOCK.test(w.end) &&
             Object.keys(w).every(function (k) { return ["start", "end", "days"].indexOf(k) >= 0; }) &&
-            (w.days === undefined || (Array.isArray(w.days) && w.days.every(function (d) { return DAYS.indexOf(d) >= 0; })));
+            (w.days === undefined || (Array.isArray(w.days) && w.days.every(function (d) { return days.indexOf(d) >= 0; })));
         });
         if (!shape) return false;
         var rows = node.querySelector(".cc-rows");
@@ -258,10 +265,11 @@
       },
       read: function (node) {
         var rows = rowsOf(node.querySelector(".cc-rows"));
+        var week = daysOf(node);
         if (!rows.length) return undefined;
         return rows.map(function (row) {
           var window = { start: row.querySelector(".cc-start").value, end: row.querySelector(".cc-end").value };
-          var days = DAYS.filter(function (day) { return row.querySelector('input[value="' + day + '"]').checked; });
+          var days = week.filter(function (day) { return row.querySelector('input[value="' + day + '"]').checked; });
           if (days.length) window.days = days;
           return window;
         });
