@@ -1,5 +1,6 @@
-"""Forms of the admin pages: the endpoint form typed by a person (JSON in text areas),
-the pause-until step and the tenant form with its write-only HMAC secret.
+"""Forms of the admin pages: the endpoint and job forms typed by a person (JSON in text
+areas, with field editors over them: ``console.admin.policy_widgets``), the pause-until
+step and the tenant form with its write-only HMAC secret.
 
 Validation is ``endpoints.forms`` and the model's ``full_clean``; these forms only
 translate what a person types into model values and back.
@@ -14,9 +15,16 @@ from django import forms
 from django.conf import settings
 from django.core.exceptions import ValidationError
 
+from console.admin.policy_widgets import (
+    HeadersWidget,
+    JSONBodyWidget,
+    RunPolicyWidget,
+    policy_words,
+)
 from endpoints.models import Tenant
+from endpoints.policies import stored_policy
 from endpoints.validation import json_text_depth_problem
-from notifications.forms import MovableEndpointForm
+from notifications.forms import MovableEndpointForm, MovableJobForm
 
 
 class BoundedJSONField(forms.JSONField):
@@ -46,8 +54,21 @@ RUN_POLICY_HELP = (
 )
 
 
+def show_policy_in_effect(form: forms.ModelForm, lines: list[str], where: str) -> None:
+    """Above the run policy's fields, what the saved one does (its widget is the form's own
+    copy, so this is for this page only)."""
+    widget: Any = form.fields["run_policy"].widget
+    widget.in_effect, widget.in_effect_label = tuple(lines), where
+
+
 class EndpointAdminForm(MovableEndpointForm):
     """``EndpointForm`` typed by a person: JSON in text areas, help beside each field."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        if self.instance.pk:
+            words = policy_words(self.instance.policy, self.instance.timezone)
+            show_policy_in_effect(self, words, "with the job's defaults")
 
     class Meta(MovableEndpointForm.Meta):
         field_classes = {
@@ -57,12 +78,12 @@ class EndpointAdminForm(MovableEndpointForm):
             "run_policy": BoundedJSONField,
         }
         widgets = {
-            "run_policy": forms.Textarea(attrs={"rows": 3, "cols": 70, "class": "cc-code"}),
-            "headers": forms.Textarea(attrs={"rows": 3, "cols": 70, "class": "cc-code"}),
+            "run_policy": RunPolicyWidget(under="the job's"),
+            "headers": HeadersWidget(),
             "secret_header_names": forms.Textarea(
                 attrs={"rows": 1, "cols": 70, "class": "cc-code"}
             ),
-            "body": forms.Textarea(attrs={"rows": 3, "cols": 70, "class": "cc-code"}),
+            "body": JSONBodyWidget(),
         }
         labels = {
             "baseline_cron": "Cron",
@@ -83,6 +104,21 @@ class EndpointAdminForm(MovableEndpointForm):
             "url": "http:// or https:// URL. A password in it (https://user:pw@host) is a "
             "secret: it shows as a mask; leave the mask to keep it.",
         }
+
+
+class JobAdminForm(MovableJobForm):
+    """The job page: its run policy (the defaults of its endpoints) with fields."""
+
+    class Meta(MovableJobForm.Meta):
+        field_classes = {"run_policy": BoundedJSONField}
+        widgets = {"run_policy": RunPolicyWidget()}
+        help_texts = {"run_policy": RUN_POLICY_HELP + " Its endpoints may override each key."}
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        if self.instance.pk:
+            words = policy_words(stored_policy(self.instance.run_policy, {}))
+            show_policy_in_effect(self, words, "for its endpoints, unless one overrides a key")
 
 
 class PauseUntilForm(forms.Form):

@@ -45,7 +45,7 @@ from console.admin.filters import (
     TenantFilter,
     scope,
 )
-from console.admin.forms import EndpointAdminForm, PauseUntilForm, TenantAdminForm
+from console.admin.forms import EndpointAdminForm, JobAdminForm, PauseUntilForm, TenantAdminForm
 from console.admin.history import changes_of, explain_urls
 from console.admin.preview import preview_view
 from console.charts import (
@@ -64,7 +64,6 @@ from endpoints.models import Endpoint, HintHistory, HintKind, Job, Run, RunStatu
 from endpoints.schedules import describe_schedule, format_interval
 from endpoints.secrets import USERINFO_REGEX
 from endpoints.wording import count_words
-from notifications.forms import MovableJobForm
 from planner.models import AnalysisSession
 
 admin.site.site_header = "Cronicorn"
@@ -182,7 +181,7 @@ class TenantAdmin(DeletesForGood, NoSecretLookups):
 
 @admin.register(Job)
 class JobAdmin(DeletesForGood, TenantScopedAdmin):
-    form = MovableJobForm
+    form = JobAdminForm
     tenant_path = "tenant"
     editable = True
     list_display = ("name", "tenant", "status", "max_concurrent", "endpoints_link")

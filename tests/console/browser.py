@@ -32,13 +32,15 @@ PASSWORD = "a-long-browser-test-password"
 
 
 @contextmanager
-def chromium_page() -> Iterator[Page]:
+def chromium_page(*, javascript: bool = True) -> Iterator[Page]:
     if not CHROMIUM.exists():
         pytest.fail("Chromium is missing: run scripts/install-browser (apt-get chromium).")
     SCREENSHOTS.mkdir(exist_ok=True)
     with sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
-        context = browser.new_context(viewport={"width": 1280, "height": 900})
+        context = browser.new_context(
+            viewport={"width": 1280, "height": 900}, java_script_enabled=javascript
+        )
         context.set_default_timeout(15_000)
         yield context.new_page()
         browser.close()

@@ -50,6 +50,8 @@
   }
 
   function render(panel, answer) {
+    // The field editors (console/static/console/editors.js) put its messages by their fields.
+    panel.dispatchEvent(new CustomEvent("cc:preview", { bubbles: true, detail: answer }));
     if (answer.errors) {
       show(panel, "These values cannot be planned; a save would say:", [problemList(answer.errors)]);
       return;
