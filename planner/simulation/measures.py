@@ -92,3 +92,67 @@ def summary(scenario: Scenario, sims: Sequence[Any]) -> dict[str, Any]:
     result["recovery_seen_s"] = mean([row["recovery_seen_s"] for row in rows])
     result["runs"] = rows
     return result
+
+
+# The goals of issue 36 for the rules against the fixed schedule, same baseline.
+CALM_SAVING = 0.30  # at least 30 % fewer calls over the calm scenarios
+RECOVERY_SPEEDUP = 2.0  # recovery seen at least twice as soon in the incident scenarios
+RATE_LIMIT_SHARE = 0.5  # at most half the 429s in the rate-limit scenarios
+MAX_EXTRA_CALLS = 0.05  # never more than 5 % more calls than fixed on any scenario
+
+
+def goals(scenarios: Sequence[Scenario], table: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
+    """Each goal with its figures and whether the rules meet it; ``table`` maps a
+    scenario's name to its modes' summaries (``fixed`` and ``rules`` at least)."""
+    found: list[dict[str, Any]] = []
+    calm = [s.name for s in scenarios if "calm" in s.kinds]
+    if calm:
+        fixed = sum(table[name]["fixed"]["calls"] for name in calm)
+        ruled = sum(table[name]["rules"]["calls"] for name in calm)
+        saving = 1 - ruled / fixed if fixed else 0.0
+        found.append(
+            {
+                "goal": f">= {CALM_SAVING:.0%} fewer calls over the calm scenarios",
+                "scenarios": calm,
+                "figures": f"{ruled:.0f} vs {fixed:.0f} calls: {saving:.0%} fewer",
+                "met": saving >= CALM_SAVING,
+            }
+        )
+    for scenario in scenarios:
+        fixed, ruled = table[scenario.name]["fixed"], table[scenario.name]["rules"]
+        if "incident" in scenario.kinds:
+            before, after = fixed["recovery_seen_s"], ruled["recovery_seen_s"]
+            speedup = before / after if before and after else None
+            found.append(
+                {
+                    "goal": f"recovery seen >= {RECOVERY_SPEEDUP:g}x sooner",
+                    "scenarios": [scenario.name],
+                    "figures": f"{_s(after)} vs {_s(before)}"
+                    + (f": {speedup:.1f}x" if speedup else ""),
+                    "met": speedup is not None and speedup >= RECOVERY_SPEEDUP,
+                }
+            )
+        if "rate-limit" in scenario.kinds:
+            before, after = fixed["status_429"], ruled["status_429"]
+            found.append(
+                {
+                    "goal": f"<= {RATE_LIMIT_SHARE:.0%} of the 429s",
+                    "scenarios": [scenario.name],
+                    "figures": f"{after:.1f} vs {before:.1f} 429s",
+                    "met": after <= RATE_LIMIT_SHARE * before,
+                }
+            )
+        extra = ruled["calls"] / fixed["calls"] - 1 if fixed["calls"] else 0.0
+        found.append(
+            {
+                "goal": f"<= {MAX_EXTRA_CALLS:.0%} more calls than fixed",
+                "scenarios": [scenario.name],
+                "figures": f"{ruled['calls']:.0f} vs {fixed['calls']:.0f} calls ({extra:+.0%})",
+                "met": extra <= MAX_EXTRA_CALLS,
+            }
+        )
+    return found
+
+
+def _s(value: float | None) -> str:
+    return "never" if value is None else f"{value:.0f} s"
