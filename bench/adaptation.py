@@ -22,18 +22,11 @@ import argparse
 import sys
 import time
 from contextlib import ExitStack
-from pathlib import Path
 from typing import Any
 
 from _common import ROOT, fresh_database, load, print_table, setup_django, sqlite_url, write_results
 
 SCENARIOS = ROOT / "bench" / "scenarios"
-REAL_TIME = (
-    # name, compression, start (H:MM:SS into the scenario), seconds of compressed time
-    ("rate-limit-retry-after", 30, "14:02:00", 100),
-    ("incident", 60, "10:40:00", 90),
-    ("flapping", 30, "7:59:00", 100),
-)
 
 
 def main() -> None:
@@ -41,6 +34,9 @@ def main() -> None:
     parser.add_argument("--scenarios", default="", help="names, comma-separated (default all)")
     parser.add_argument("--modes", default="fixed,rules,llm")
     parser.add_argument("--offsets", type=int, default=4, help="start phases per scenario")
+    parser.add_argument(
+        "--llm-offsets", type=int, default=1, help="start phases for the LLM (a session each 5 min)"
+    )
     parser.add_argument("--llm-server", default="", help="your OpenAI-compatible base URL")
     parser.add_argument("--llm-model", default="gpt-4o-mini")
     parser.add_argument("--llm-key", default="")
@@ -83,9 +79,10 @@ def simulate(args: argparse.Namespace, modes: list[str], llm_label: str) -> dict
     before = load()
     for scenario in scenarios:
         base_s = (scenario.baseline_ms() or 0) / 1000
-        offsets = [base_s * k / args.offsets for k in range(args.offsets)] if base_s else [0.0]
         table[scenario.name] = {}
         for mode in modes:
+            count = args.llm_offsets if mode == "llm" else args.offsets
+            offsets = [base_s * k / count for k in range(count)] if base_s else [0.0]
             started = time.perf_counter()
             sims = []
             for offset in offsets:
@@ -100,11 +97,13 @@ def simulate(args: argparse.Namespace, modes: list[str], llm_label: str) -> dict
                 (time.perf_counter() - started) / len(sims) / (scenario.duration_s / 86_400)
             )
             label = llm_label if mode == "llm" else mode
+            figures["offsets_s"] = offsets
             table[scenario.name][mode] = figures
             rows.append(
                 [
                     scenario.name,
                     label,
+                    len(offsets),
                     figures["calls"],
                     figures["calm_calls"],
                     _seconds(figures["incident_seen_s"]),
@@ -115,11 +114,12 @@ def simulate(args: argparse.Namespace, modes: list[str], llm_label: str) -> dict
                     f"{figures['seconds_per_day']:.3f}",
                 ]
             )
-    print(f"\nWhat adapting buys ({len(offsets)} start phases each, averaged)\n")
+    print("\nWhat adapting buys (averaged over the start phases)\n")
     print_table(
         [
             "scenario",
             "planner",
+            "phases",
             "calls",
             "calm calls",
             "incident seen",
@@ -153,15 +153,12 @@ def simulate(args: argparse.Namespace, modes: list[str], llm_label: str) -> dict
 
 def real_time(database: str) -> list[dict[str, Any]]:
     """The three compressed scenarios through runscheduler, beside the simulator."""
-    from tests.planner.realtime import compare_with_runscheduler
-
-    from planner.simulation.scenarios import load_scenarios, parse_offset
+    from tests.planner.realtime import REAL_TIME, compare_with_runscheduler, real_time_scenario
 
     checks = []
-    for name, factor, start, seconds in REAL_TIME:
-        [scenario] = load_scenarios(SCENARIOS, [name])
-        compressed = scenario.compressed(factor, start_s=parse_offset(start, name), seconds=seconds)
-        log = Path(ROOT / "bench" / "results" / "logs" / f"adaptation-{name}.log")
+    for name, _factor, _start, seconds in REAL_TIME:
+        compressed = real_time_scenario(name)
+        log = ROOT / "bench" / "results" / "logs" / f"adaptation-{name}.log"
         log.parent.mkdir(parents=True, exist_ok=True)
         print(f"\nreal time: {compressed.name}, {seconds} s through runscheduler ...")
         check = compare_with_runscheduler(compressed, database_url=database, log=log)
