@@ -42,6 +42,7 @@ def main() -> None:
     parser.add_argument("--llm-key", default="")
     parser.add_argument("--real-time", action="store_true", help="also check against runscheduler")
     args = parser.parse_args()
+    sys.stdout.reconfigure(line_buffering=True)  # type: ignore[attr-defined]
     modes = [mode.strip() for mode in args.modes.split(",") if mode.strip()]
     database = sqlite_url("cc_bench_adaptation")
     fresh_database(database)
