@@ -211,6 +211,8 @@ def make_tenants(b_endpoints: int, fast_url: str) -> dict[str, Any]:
     b = Tenant.objects.create(name="B")
     job = Job.objects.create(tenant=b, name="b-jobs")
     later = timezone.now() + FAR_FUTURE
+    # No max_interval_ms: the rules planner never relaxes B's cadence (its calm rule
+    # needs a maximum above the baseline), so every slot measured is one B asked for.
     Endpoint.objects.bulk_create(
         Endpoint(
             job=job,

@@ -258,6 +258,20 @@ def decide_after_edit(
     )
 
 
+def nudged(current: Plan | None, plan: Plan) -> Plan:
+    """What a hint (or a reset of failures) makes of the planned next run: ``plan`` may
+    bring it forward, never push it back, so the planned run stands when it comes first
+    or at the same time; the new cadence takes over from that run on."""
+    if (
+        current is not None
+        and current.next_run_at is not None
+        and plan.next_run_at is not None
+        and current.next_run_at <= plan.next_run_at
+    ):
+        return current
+    return plan
+
+
 def missed_one_off(
     now: datetime, last_run_at: datetime | None, schedule: EndpointSchedule
 ) -> EndpointSchedule:

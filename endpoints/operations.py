@@ -36,6 +36,7 @@ from endpoints.engine.running import judged, request_for
 from endpoints.governor import (
     EndpointSchedule,
     Plan,
+    nudged,
     plan_after_edit,
 )
 from endpoints.models import (
@@ -244,13 +245,10 @@ def _nudge_earlier(endpoint: Endpoint, now: datetime) -> Plan:
         endpoint, lambda schedule: plan_after_edit(now, endpoint.last_run_at, schedule), now=now
     )
     current = endpoint.next_run_at
-    if (
-        not retrying
-        and current is not None
-        and plan.next_run_at is not None
-        and current <= plan.next_run_at
-    ):
-        return Plan(current, endpoint.next_run_source)
+    if not retrying and current is not None:
+        kept = nudged(Plan(current, endpoint.next_run_source), plan)
+        if kept is not plan:
+            return kept
     _store_plan(endpoint, plan)
     return plan
 

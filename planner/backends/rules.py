@@ -9,7 +9,10 @@ The rules, first match wins:
    (attempts left), no pause: what a person configured wins, and the retry waits for
    the answer's Retry-After itself. Otherwise pause until its Retry-After (the response
    header, else body keys ``retry_after``, ``retry_after_seconds``, ``retryAfter``;
-   seconds or a time), 5 minutes without one, never longer than an hour.
+   seconds or a time), never longer than an hour. Without one, 5 minutes, doubled for
+   each rate-limited answer in a row before it (5, 10, 20, 40, 60 min), and no pause
+   when the next run (the failure backoff) already comes after that: a pause would
+   bring it forward.
 2. A pause the planner wrote is still on but the endpoint no longer rate-limits: resume.
 3. The latest run failed otherwise: leave it to the baseline's failure backoff (and
    clear a planner interval hint, which would override that backoff).
@@ -17,7 +20,11 @@ The rules, first match wins:
    interval, degraded -> half; ``error_rate_pct`` and ``current_value`` against warning
    and critical thresholds likewise; ``queue_depth`` rising over the last three answers
    -> half; zero for the last five -> twice the baseline. Always inside min/max.
-5. Healthy again with a planner interval hint still on: clear it.
+5. Calm: the last six answers all succeeded with nothing abnormal in them, and the owner
+   set a maximum interval above the baseline -> twice the baseline, at most that maximum.
+   Without a maximum (or with one at the baseline) the baseline stands: the maximum is
+   how an owner says how far the planner may relax.
+6. Healthy again with a planner interval hint still on: clear it.
 A person's own hint or pause is left alone.
 """
 
@@ -60,6 +67,10 @@ REFRESH_AFTER = 0.5
 CRON_SAMPLE = 6
 
 SEVERITY_FACTOR = {"critical": 0.25, "degraded": 0.5}
+# Rule 5: this many calm answers in a row relax to RELAX_FACTOR x the baseline, within
+# the owner's maximum interval (only when one is set above the baseline).
+CALM_ANSWERS = 6
+RELAX_FACTOR = 2
 SEVERITY_RANK = {"healthy": 0, "degraded": 1, "critical": 2}
 
 
@@ -87,6 +98,7 @@ class RulesInput:
     paused_until: datetime | None = None
     paused_by_planner: bool = False
     policy_retry: str = ""  # the run policy retries the latest failure: in words
+    next_run_at: datetime | None = None  # as planned now (the failure backoff included)
 
 
 @dataclass(frozen=True)
@@ -130,7 +142,9 @@ def _rate_limited(data: RulesInput, latest: Observation) -> Verdict:
             f"HTTP {latest.status_code}: {data.policy_retry}, as a person configured; "
             "the planner does not pause over it (the retry waits for a Retry-After itself)."
         )
-    wait, source = retry_after(latest.headers, latest.body, latest.at)
+    wait, source = retry_after(
+        latest.headers, latest.body, latest.at, streak=rate_limited_streak(data.observations)
+    )
     capped = min(wait, MAX_RATE_LIMIT_PAUSE)
     until = latest.at + capped
     said = f"HTTP {latest.status_code} {source}"
@@ -138,6 +152,13 @@ def _rate_limited(data: RulesInput, latest: Observation) -> Verdict:
         said += f", capped at {_seconds(capped)}"
     if until <= data.now:
         return Verdict(f"{said}: that wait is already over, no pause needed.")
+    if given_wait(latest.headers, latest.body, latest.at) is None and (
+        data.next_run_at is not None and data.next_run_at >= until
+    ):
+        return Verdict(
+            f"{said}: the next run, at {data.next_run_at.isoformat()}, already comes later "
+            "(the failure backoff); no pause needed."
+        )
     if data.paused_until and data.paused_until >= until:
         return Verdict(f"{said}: already paused until {data.paused_until.isoformat()}.")
     return Verdict(
@@ -161,9 +182,23 @@ def _failing(data: RulesInput, latest: Observation) -> Verdict:
     return Verdict(f"{why}: the baseline and its failure backoff apply.")
 
 
-def retry_after(headers: Mapping[str, str], body: Any, at: datetime) -> tuple[timedelta, str]:
+def retry_after(
+    headers: Mapping[str, str], body: Any, at: datetime, *, streak: int = 1
+) -> tuple[timedelta, str]:
     """How long a rate-limited answer asks us to wait, and where that came from: the
-    Retry-After header (RFC 9110: seconds or an HTTP date), else the body."""
+    Retry-After header (RFC 9110: seconds or an HTTP date), else the body, else the
+    default backoff, doubled for each rate-limited answer in a row before it
+    (``streak``: 5, 10, 20, 40 min...; the caller caps it at an hour)."""
+    given = given_wait(headers, body, at)
+    if given is not None:
+        return given
+    default = DEFAULT_RATE_LIMIT_PAUSE * 2 ** min(max(streak, 1) - 1, 5)
+    in_a_row = f" ({streak} rate-limited answers in a row)" if streak > 1 else ""
+    return default, f"without Retry-After: backing off {_seconds(default)}{in_a_row}"
+
+
+def given_wait(headers: Mapping[str, str], body: Any, at: datetime) -> tuple[timedelta, str] | None:
+    """The wait the answer itself gives (header, else body), and where; None without."""
     wait = _wait_from(headers.get("retry-after"), at)
     if wait is not None:
         return wait, f"asks to retry after {_seconds(wait)} (Retry-After header)"
@@ -172,8 +207,7 @@ def retry_after(headers: Mapping[str, str], body: Any, at: datetime) -> tuple[ti
             wait = _wait_from(body.get(key), at)
             if wait is not None:
                 return wait, f"asks to retry after {_seconds(wait)} ({key})"
-    default = DEFAULT_RATE_LIMIT_PAUSE
-    return default, f"without Retry-After: backing off {_seconds(default)}"
+    return None
 
 
 def _wait_from(value: Any, at: datetime) -> timedelta | None:
@@ -229,7 +263,40 @@ def _target_interval(data: RulesInput) -> tuple[int | None, str]:
         return int(data.baseline_ms * factor), "; ".join(reasons)
     if queue == "empty":
         return data.baseline_ms * 2, "queue_depth was 0 in the last five answers"
+    if data.max_interval_ms > data.baseline_ms and calm_streak(data.observations) >= CALM_ANSWERS:
+        return (
+            data.baseline_ms * RELAX_FACTOR,
+            f"the last {CALM_ANSWERS} answers were calm and the maximum interval allows more",
+        )
     return None, "; ".join(reasons) or "no warning signs in the latest answer"
+
+
+def calm_streak(observations: tuple[Observation, ...]) -> int:
+    """How many of the newest answers in a row succeeded with nothing going on in them:
+    no rate limit, a healthy body, no queue (or an empty one)."""
+    streak = 0
+    for observation in observations:
+        body = observation.body
+        depth = _number(body.get("queue_depth")) if isinstance(body, dict) else None
+        if (
+            not observation.succeeded
+            or observation.status_code in RATE_LIMIT_CODES
+            or body_severity(body)[0] != "healthy"
+            or (depth is not None and depth != 0)
+        ):
+            break
+        streak += 1
+    return streak
+
+
+def rate_limited_streak(observations: tuple[Observation, ...]) -> int:
+    """How many of the newest answers in a row were 429/503."""
+    streak = 0
+    for observation in observations:
+        if observation.status_code not in RATE_LIMIT_CODES:
+            break
+        streak += 1
+    return streak
 
 
 def body_severity(body: Any) -> tuple[str, list[str]]:
@@ -344,7 +411,7 @@ def _seconds(wait: timedelta) -> str:
 # Gathering the input and carrying the verdict out.
 
 
-def baseline_interval_ms(endpoint: Endpoint, now: datetime) -> int:
+def baseline_interval_ms(endpoint: Any, now: datetime) -> int:
     """The interval the baseline amounts to: the interval, or a cron's typical gap."""
     if endpoint.baseline_interval_ms:
         return endpoint.baseline_interval_ms
@@ -369,20 +436,41 @@ def gather(endpoint: Endpoint, now: datetime) -> RulesInput:
         for run in runs
     )
     hint_kinds = (HintKind.INTERVAL, HintKind.ONESHOT, HintKind.CLEAR)
-    hint_by_planner = _latest_by_planner(endpoint, hint_kinds)
+    return rules_input(
+        endpoint,
+        now,
+        observations,
+        tenant_min_interval_ms=endpoint.job.tenant.min_interval_ms,
+        hint_by_planner=_latest_by_planner(endpoint, hint_kinds),
+        paused_by_planner=_latest_by_planner(endpoint, (HintKind.PAUSE, HintKind.RESUME)),
+    )
+
+
+def rules_input(
+    endpoint: Any,
+    now: datetime,
+    observations: tuple[Observation, ...],
+    *,
+    tenant_min_interval_ms: int,
+    hint_by_planner: bool,
+    paused_by_planner: bool,
+) -> RulesInput:
+    """What the rules read of an endpoint (an ``Endpoint``, or anything with its fields,
+    as the simulator's), its newest finished runs and who wrote its hint and pause."""
     hint_fresh = endpoint.ai_hint_expires_at is not None and endpoint.ai_hint_expires_at > now
     return RulesInput(
         now=now,
         baseline_ms=baseline_interval_ms(endpoint, now),
-        observations=observations,
-        min_interval_ms=max(endpoint.min_interval_ms or 0, endpoint.job.tenant.min_interval_ms),
+        observations=observations[:HISTORY],
+        min_interval_ms=max(endpoint.min_interval_ms or 0, tenant_min_interval_ms),
         max_interval_ms=endpoint.max_interval_ms or 0,
         planner_interval_ms=endpoint.ai_hint_interval_ms if hint_by_planner else None,
         planner_hint_expires_at=endpoint.ai_hint_expires_at if hint_by_planner else None,
         person_hint_active=hint_fresh and not hint_by_planner,
         paused_until=endpoint.paused_until,
-        paused_by_planner=_latest_by_planner(endpoint, (HintKind.PAUSE, HintKind.RESUME)),
+        paused_by_planner=paused_by_planner,
         policy_retry=policy_retry_words(endpoint),
+        next_run_at=endpoint.next_run_at,
     )
 
 

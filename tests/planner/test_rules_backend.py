@@ -248,6 +248,131 @@ def test_a_503_without_retry_after_keeps_the_retry_the_person_configured(
     assert not HintHistory.objects.filter(endpoint=endpoint).exists()
 
 
+def test_once_the_retries_are_spent_a_503_without_retry_after_pauses_the_planner_backoff(
+    make_endpoint: Callable[..., Endpoint], target: Any, loopback_allowed: None
+) -> None:
+    target.reply("/flaky", status=503)
+    endpoint = make_endpoint(url=target.url("/flaky"), baseline_interval_ms=60_000)
+    policy_job(endpoint.job, retry_attempts=2, retry_delay_ms=1_000)
+    operations.run_now(endpoint, now=timezone.now())
+    [first] = claiming.claim_due_endpoints(now=timezone.now(), limit=10, horizon_ms=0)
+    running.execute_claim(first)
+    endpoint.refresh_from_db()
+    assert (endpoint.next_run_source, endpoint.retry_attempt) == ("retry", 2)
+    [retry] = claiming.claim_due_endpoints(
+        now=endpoint.next_run_at + timedelta(milliseconds=1), limit=10, horizon_ms=0
+    )
+    last = running.execute_claim(retry)
+    last.refresh_from_db()
+    endpoint.refresh_from_db()
+    assert (last.attempt, last.status_code, endpoint.retry_attempt) == (2, 503, 0)
+    assert endpoint.next_run_source == "baseline-interval"  # 2 min: the failure backoff
+
+    session = analyze_endpoint(endpoint, now=timezone.now(), backend="rules")
+
+    endpoint.refresh_from_db()
+    # Both attempts answered 503: 5 minutes doubled once (2 rate-limited answers in a row).
+    assert endpoint.paused_until == last.finished_at + timedelta(minutes=10)
+    assert endpoint.next_run_source == "paused"
+    assert (
+        "HTTP 503 without Retry-After: backing off 600 s (2 rate-limited answers in a row)"
+        in session.reasoning
+    )
+    [pause] = HintHistory.objects.filter(endpoint=endpoint)
+    assert pause.kind == HintKind.PAUSE and pause.session_id == session.pk
+
+
+# The 503 rule (README "The planner"), branch by branch: while the run policy retries
+# the failure within its slot, no pause (above, and end to end below); after the
+# retries, or with none, the answer's Retry-After (header, else body), capped at an
+# hour (above); without one 5 minutes, doubled per rate-limited answer in a row, and
+# no pause when the failure backoff already comes later.
+
+
+def test_after_the_retries_a_503_pauses_until_its_retry_after_header() -> None:
+    answer = Observation(503, {}, NOW, headers={"retry-after": "120"})
+    verdict = decide(RulesInput(now=NOW, baseline_ms=MINUTE, observations=(answer,)))
+
+    assert verdict.tool == "pause_until"
+    assert verdict.arguments["untilIso"] == (NOW + timedelta(seconds=120)).isoformat()
+    assert "(Retry-After header)" in verdict.reasoning
+
+
+def test_without_retry_after_the_pause_doubles_for_each_rate_limited_answer_in_a_row() -> None:
+    def pause_minutes(*codes: int) -> float:
+        verdict = _decide_codes(*codes)
+        until = datetime.fromisoformat(verdict.arguments["untilIso"])
+        return (until - NOW) / timedelta(minutes=1)
+
+    assert pause_minutes(429) == 5
+    assert pause_minutes(429, 200, 429) == 5
+    assert pause_minutes(429, 503) == 10
+    assert pause_minutes(503, 429, 429, 429) == 40
+    assert pause_minutes(*[429] * 10) == 60  # capped at an hour
+    assert "2 rate-limited answers in a row" in _decide_codes(429, 429).reasoning
+
+
+def _decide_codes(*codes: int, **fields: Any) -> Verdict:
+    observations = tuple(
+        Observation(code, {}, NOW - timedelta(minutes=index)) for index, code in enumerate(codes)
+    )
+    return decide(RulesInput(now=NOW, baseline_ms=MINUTE, observations=observations, **fields))
+
+
+def test_without_retry_after_no_pause_when_the_backoff_already_comes_later() -> None:
+    later = _decide_codes(429, next_run_at=NOW + timedelta(minutes=8))
+    sooner = _decide_codes(429, next_run_at=NOW + timedelta(minutes=2))
+    told = decide(
+        RulesInput(
+            now=NOW,
+            baseline_ms=MINUTE,
+            observations=(Observation(429, {"retry_after": 60}, NOW),),
+            next_run_at=NOW + timedelta(minutes=8),
+        )
+    )
+
+    assert later.tool is None
+    assert "already comes later (the failure backoff); no pause needed" in later.reasoning
+    assert sooner.tool == "pause_until"
+    # A wait the answer gave is kept to: the run comes right after it, not at the backoff.
+    assert told.arguments["untilIso"] == (NOW + timedelta(seconds=60)).isoformat()
+
+
+# Relaxing a calm endpoint (rule 5).
+
+
+def test_six_calm_answers_relax_to_twice_the_baseline_within_the_maximum() -> None:
+    roomy = _decide(*[{"status": "healthy"}] * 6, max_interval_ms=10 * MINUTE)
+    tight = _decide(*[{"status": "healthy"}] * 6, max_interval_ms=5 * MINUTE)
+    bodiless = _decide(*[None] * 6, max_interval_ms=10 * MINUTE)
+
+    assert roomy.tool == "propose_interval" and roomy.arguments["intervalMs"] == 8 * MINUTE
+    assert "the last 6 answers were calm" in roomy.reasoning
+    assert tight.arguments["intervalMs"] == 5 * MINUTE
+    assert bodiless.arguments["intervalMs"] == 8 * MINUTE
+
+
+def test_a_calm_endpoint_is_not_relaxed_without_room_or_a_calm_streak() -> None:
+    healthy = [{"status": "healthy"}] * 6
+    no_max = _decide(*healthy)
+    max_at_baseline = _decide(*healthy, max_interval_ms=4 * MINUTE)
+    five = _decide(*healthy[:5], {"status": "degraded"}, max_interval_ms=10 * MINUTE)
+    queue = _decide(*[{"queue_depth": 7}] * 6, max_interval_ms=10 * MINUTE)
+    failed = (Observation(500, None, NOW - timedelta(minutes=6), succeeded=False),)
+    after_failure = decide(
+        RulesInput(
+            now=NOW,
+            baseline_ms=4 * MINUTE,
+            observations=_observations(*healthy[:5]) + failed,
+            max_interval_ms=10 * MINUTE,
+        )
+    )
+
+    assert [no_max.tool, max_at_baseline.tool, five.tool, queue.tool, after_failure.tool] == [
+        None
+    ] * 5
+
+
 def test_a_rate_limit_whose_wait_is_over_needs_no_pause() -> None:
     stale = decide(
         RulesInput(
