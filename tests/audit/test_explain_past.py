@@ -103,7 +103,7 @@ def test_before_the_endpoint_existed_and_the_command_and_the_api_say_the_same(
     assert "(paused)" in out.getvalue() and "Paused by alice" in out.getvalue()
     out = StringIO()
     call_command("explain", str(history.pk), "--at", at(5).isoformat(), "--json", stdout=out)
-    assert json.loads(out.getvalue())["reason"] == "scheduler-down"
+    assert json.loads(out.getvalue())["past"]["reason"] == "scheduler-down"
 
     api = DjangoClient(headers={"Authorization": f"Bearer {make_key(history.job.tenant)}"})
     answer = api.get(f"/api/v1/endpoints/{history.pk}/explain", {"at": at(4).isoformat()})
