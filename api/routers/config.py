@@ -24,6 +24,7 @@ from endpoints.config_io.documents import ConfigError, dump_document, load_docum
 from endpoints.config_io.exporting import export_config
 from endpoints.config_io.importing import ImportPlan, import_document
 from endpoints.config_io.schema import FORMAT_VERSION
+from endpoints.jsonb import unencodable_problem
 
 router = Router(tags=["config"])
 ACTIONS = ("created", "updated", "archived", "unchanged")
@@ -35,6 +36,8 @@ def export_configuration(
 ) -> ConfigExport:
     """Export the caller's tenants, jobs and live endpoints as a configuration file (the
     format import_config reads); secrets are written as ${CRONICORN_SECRET_...} references."""
+    if job and ("\x00" in job or unencodable_problem(job)):  # PostgreSQL's text refuses both
+        raise InvalidInput({"job": ["A job's name holds no NUL and only valid Unicode."]})
     names = list(tenants_of(principal).values_list("name", flat=True))
     document: dict[str, Any] = {"version": FORMAT_VERSION, "tenants": []}
     references: list[str] = []

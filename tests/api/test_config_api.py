@@ -135,3 +135,9 @@ def test_an_export_of_a_job_the_tenant_does_not_have_names_the_filter(api_world:
     assert theirs.json()["errors"]["job"] == [
         "No job named 'beta-secret-job' in your tenant; leave job out for all."
     ]
+
+
+def test_a_job_filter_postgresql_cannot_hold_is_refused_in_words(api_world: ApiWorld) -> None:
+    answer = api(api_world.read_key).get("/api/v1/config", {"job": "ops\x00alpha"})
+    assert answer.status_code == 422, answer.content  # not a 500 from PostgreSQL
+    assert "no NUL and only valid Unicode" in answer.json()["errors"]["job"][0]
