@@ -155,8 +155,9 @@ RUN_POLICY: Any = Field(
     None,
     description="Run policy: success criteria, retries, backoff cap, breaker, catch-up "
     "window, jitter, windows (blackout, allowed, active_from/active_until as ISO 8601 "
-    'date-times with an offset, run_once_at for a one-off) (keys in the README, "Run '
-    'policies"); {} for the defaults.',
+    "date-times with an offset, run_once_at for a one-off), calendars (exclude_dates "
+    '["2026-12-24..2026-12-26"], holidays {"country": "DE", "subdivision": "BY"}) (keys in '
+    'the README, "Run policies"); {} for the defaults.',
 )
 
 

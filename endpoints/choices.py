@@ -35,6 +35,7 @@ class Source(models.TextChoices):
     PAUSED = governor.PAUSED
     RETRY = governor.RETRY
     WINDOW = governor.WINDOW
+    CALENDAR = governor.CALENDAR
     ONCE = governor.ONCE
     ENDED = governor.ENDED
     MANUAL = governor.MANUAL

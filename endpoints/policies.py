@@ -40,6 +40,9 @@ Keys (all optional; ``DEFAULTS`` below, with the README saying why):
   no next run.
 - ``run_once_at``: an ISO 8601 date-time with an offset: the endpoint runs once then (its
   baseline schedule unused; retries within that slot still happen), then never again.
+- ``exclude_dates``: dates and ranges (``"2026-12-24..2026-12-26"``) it never runs on,
+  and ``holidays`` (``{"country": "DE", "subdivision": "BY"}``): public holidays it never
+  runs on, both local dates in its zone; planned by ``endpoints.calendars``.
 """
 
 from __future__ import annotations
@@ -52,6 +55,14 @@ from dataclasses import dataclass, fields, replace
 from datetime import UTC, datetime
 from typing import Any
 
+from endpoints.calendars import (
+    Calendar,
+    DayRange,
+    exclude_dates_problem,
+    holidays_problem,
+    parse_exclude_dates,
+    parse_holidays,
+)
 from endpoints.jsonb import json_scalar_problem, unencodable_problem
 from endpoints.windows import Window, parse_window, windows_leave_time, windows_problem
 
@@ -98,6 +109,8 @@ class RunPolicy:
     active_from: datetime | None = None
     active_until: datetime | None = None
     run_once_at: datetime | None = None
+    exclude_dates: tuple[DayRange, ...] = ()
+    holidays: tuple[str, str] = ("", "")  # (country, subdivision)
     # Not a key: why a stored policy could not be used (``stored_policy``), else "".
     problem: str = ""
 
@@ -109,6 +122,13 @@ class RunPolicy:
             or bool(self.body_contains or self.body_json_path)
             or self.max_duration_ms is not None
         )
+
+    @property
+    def calendar(self) -> Calendar | None:
+        """The closed days (``endpoints.calendars``), or None when there are none."""
+        if not self.exclude_dates and not self.holidays[0]:
+            return None
+        return Calendar(self.exclude_dates, *self.holidays)
 
     def retry_delay(self, attempt: int, retry_after_ms: int | None) -> int:
         """The wait in ms before attempt ``attempt + 1``, after attempt ``attempt`` failed."""
@@ -252,6 +272,10 @@ def _key_problem(key: str, item: Any) -> str:
         return windows_problem(item)
     if key in MOMENT_KEYS:
         return _moment_problem(item)
+    if key == "exclude_dates":
+        return exclude_dates_problem(item)
+    if key == "holidays":
+        return holidays_problem(item)
     return ""
 
 
@@ -318,6 +342,10 @@ def resolve_policy(job_policy: Any, endpoint_policy: Any) -> RunPolicy:
     for key in MOMENT_KEYS:
         if merged.get(key) is not None:
             merged[key] = parse_moment(merged[key])
+    if "exclude_dates" in merged:
+        merged["exclude_dates"] = parse_exclude_dates(merged["exclude_dates"] or [])
+    if "holidays" in merged:
+        merged["holidays"] = parse_holidays(merged["holidays"])
     return replace(DEFAULT, **merged)
 
 

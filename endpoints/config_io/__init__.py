@@ -27,6 +27,8 @@ The format (``export_config`` writes it, ``plan_import`` reads it; every key is 
               retry_attempts: 3
               breaker_failed_slots: 5
               blackout: [{start: "02:00", end: "04:00", days: [sat, sun]}]
+              exclude_dates: ["2026-12-24..2026-12-26", "2027-01-01"]  # local dates
+              holidays: {country: DE, subdivision: BY}  # public holidays: never then
             alerts:                   # the job's alert rule (the notifications app)
               enabled: true
               after_failures: 2

@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from endpoints import policies
+from endpoints.calendars import MAX_EXCLUDE_DATES
 from endpoints.governor import EndpointSchedule, explain_plan
 from endpoints.policies import (
     DEFAULT,
@@ -52,6 +53,8 @@ def largest_policy() -> dict[str, Any]:
         "allowed": [{"start": "00:00", "end": "23:59", "days": list(DAYS)}] * MAX_WINDOWS,
         "active_from": "2026-01-01T00:00:00+01:00",
         "active_until": "9000-01-01T00:00:00+01:00",
+        "exclude_dates": ["2026-12-24..2026-12-26"] * MAX_EXCLUDE_DATES,
+        "holidays": {"country": "DE", "subdivision": "Augsburg"},
     }
 
 
