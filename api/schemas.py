@@ -506,7 +506,8 @@ class RunOut(Schema):
     endpoint_id: int
     trigger: str = Field(
         description="What started it: scheduled, manual (run now), test (test_endpoint, "
-        "never rescheduled) or retry (of the run named in retry_of).",
+        "never rescheduled), retry (of the run named in retry_of) or follow-up (after the "
+        "run named in caused_by, run policy follow_ups).",
         json_schema_extra=_enum(*RunTrigger.values),
     )
     source: str = Field(description="The rule that planned it (next_run_source at the time).")
@@ -519,6 +520,9 @@ class RunOut(Schema):
     error: str
     attempt: int
     retry_of: int | None = Field(description="The run this one retries, if it is a retry.")
+    caused_by: int | None = Field(
+        None, description="For a follow-up: the run of another endpoint it followed."
+    )
 
     @staticmethod
     def resolve_retry_of(run: Any) -> int | None:

@@ -14,6 +14,7 @@ from typing import Any
 from django import forms
 from django.core.exceptions import ValidationError
 
+from endpoints.follow_ups import follow_up_problems, mentions_follow_ups
 from endpoints.governor import REPLAN_FIELDS
 from endpoints.models import Endpoint, HttpMethod, Job
 from endpoints.schedules import ScheduleError, format_interval, parse_interval
@@ -183,6 +184,20 @@ class EndpointForm(forms.ModelForm):
             self._check_quota(job)
         return cleaned
 
+    def _post_clean(self) -> None:
+        """The model's checks, then the follow-ups against the tenant (their names, and no
+        cycle), with the values as they would be saved."""
+        super()._post_clean()
+        endpoint = self.instance
+        if "run_policy" in self.errors or not endpoint.job_id:
+            return
+        if mentions_follow_ups(endpoint.run_policy, endpoint.job.run_policy) or {
+            "name",
+            "job",
+        } & set(self.changed_data):
+            for problem in follow_up_problems(endpoint.job.tenant_id, endpoints=[endpoint]):
+                self.add_error("run_policy", problem)
+
     def _check_quota(self, job: Job) -> None:
         used = Endpoint.objects.live().filter(job__tenant=job.tenant).count()
         if problem := quota_problem(job.tenant, live_after=used + 1):
@@ -208,6 +223,16 @@ class EndpointForm(forms.ModelForm):
         return problems
 
 
+def check_job_follow_ups(form: forms.ModelForm) -> None:
+    """A job form's follow-ups (its policy's, every endpoint's of it) against its tenant."""
+    job = form.instance
+    if "run_policy" in form.errors or not job.tenant_id:
+        return
+    if mentions_follow_ups(job.run_policy) or {"name", "tenant"} & set(form.changed_data):
+        for problem in follow_up_problems(job.tenant_id, jobs=[job]):
+            form.add_error("run_policy", problem)
+
+
 class JobForm(forms.ModelForm):
     class Meta:
         model = Job
@@ -216,3 +241,7 @@ class JobForm(forms.ModelForm):
 
     def clean_run_policy(self) -> Any:
         return none_is_no_policy(self.cleaned_data.get("run_policy"))
+
+    def _post_clean(self) -> None:
+        super()._post_clean()
+        check_job_follow_ups(self)

@@ -80,6 +80,7 @@ ONCE = "once"  # a one-off endpoint's one run (run policy ``run_once_at``)
 ENDED = "ended"  # no next run: the active period is over, or the one-off has run
 RETRY = "retry"  # a retry within the slot (run policy), after a failed attempt
 MANUAL = "manual"  # not the governor's: a person asked for a run now
+FOLLOW_UP = "follow-up"  # not the governor's: a run of another endpoint asked for it
 
 
 # The schedule a person sets (an edit of any of these is planned again at once) and the
@@ -659,6 +660,7 @@ SOURCE_WORDS = {
     ONCE: "the one-off time (run_once_at)",
     ENDED: "nothing: no more runs (the active period ended, or the one-off has run)",
     MANUAL: "a manual run request",
+    FOLLOW_UP: "a follow-up of another endpoint's run (run policy follow_ups)",
 }
 
 

@@ -7,7 +7,7 @@ from typing import Any
 
 from django import forms
 
-from endpoints.forms import EndpointForm
+from endpoints.forms import EndpointForm, check_job_follow_ups
 from endpoints.models import Job
 from notifications.models import (
     MINUTES_IN_A_YEAR,
@@ -106,6 +106,10 @@ class MovableJobForm(forms.ModelForm):
     class Meta:
         model = Job
         fields = ["tenant", "name", "description", "status", "max_concurrent", "run_policy"]
+
+    def _post_clean(self) -> None:
+        super()._post_clean()
+        check_job_follow_ups(self)
 
     def clean(self) -> dict[str, Any]:
         cleaned = super().clean() or {}

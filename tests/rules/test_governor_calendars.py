@@ -166,3 +166,36 @@ def test_calendar_keys_resolve_job_defaults_and_endpoint_overrides() -> None:
         ((date(2026, 12, 24), date(2026, 12, 24)),)
     )
     assert stored_policy({}, {}).calendar is None
+
+
+@pytest.mark.parametrize(
+    ("policy", "words"),
+    [
+        ({"follow_ups": "a/b"}, "follow_ups: a list of at most 10 follow-ups"),
+        ({"follow_ups": [{"endpoint": "b"}]}, "follow-up 1: endpoint is a name job/endpoint"),
+        ({"follow_ups": [{"endpoint": "a/b", "on": "done"}]}, "on is one of success, failure"),
+        ({"follow_ups": [{"endpoint": "a/b"}, {"endpoint": "a/b"}]}, "a/b is named twice"),
+        ({"follow_ups": [{"endpoint": "a/b", "when": "x"}]}, "give endpoint (and optionally on)"),
+        ({"overlap": "allow"}, 'overlap: either "wait" (the default) or "skip".'),
+        ({"overlap": {"allow": 3}}, "overlap: allow (calls of the endpoint in flight at once)"),
+    ],
+)
+def test_follow_up_and_overlap_keys_are_validated_in_words(
+    policy: dict[str, Any], words: str
+) -> None:
+    assert words in " ".join(policy_problems(policy))
+
+
+def test_follow_ups_and_overlap_resolve_to_the_typed_policy() -> None:
+    policy = stored_policy(
+        {"overlap": "skip"},
+        {"follow_ups": [{"endpoint": "a/b"}, {"endpoint": "a/c", "on": "failure"}]},
+    )
+    assert policy.overlap == "skip"
+    assert [
+        (rule.endpoint, rule.wanted(True), rule.wanted(False)) for rule in policy.follow_ups
+    ] == [
+        ("a/b", True, False),
+        ("a/c", False, True),
+    ]
+    assert stored_policy({}, {}).overlap == "wait" and stored_policy({}, {}).follow_ups == ()
