@@ -182,20 +182,20 @@ class EndpointForm(forms.ModelForm):
         stored_tenant = self.instance.job.tenant_id if self.instance.job_id else None
         if job is not None and (self.instance.pk is None or job.tenant_id != stored_tenant):
             self._check_quota(job)
+        self._check_follow_ups(cleaned)
         return cleaned
 
-    def _post_clean(self) -> None:
-        """The model's checks, then the follow-ups against the tenant (their names, and no
-        cycle), with the values as they would be saved."""
-        super()._post_clean()
-        endpoint = self.instance
-        if "run_policy" in self.errors or not endpoint.job_id:
+    def _check_follow_ups(self, cleaned: dict[str, Any]) -> None:
+        """The follow-ups against the tenant (their names, and no cycle), with the values
+        as they would be saved."""
+        job, policy = cleaned.get("job"), cleaned.get("run_policy")
+        if job is None or "run_policy" in self.errors or not isinstance(policy, dict):
             return
-        if mentions_follow_ups(endpoint.run_policy, endpoint.job.run_policy) or {
-            "name",
-            "job",
-        } & set(self.changed_data):
-            for problem in follow_up_problems(endpoint.job.tenant_id, endpoints=[endpoint]):
+        if mentions_follow_ups(policy, job.run_policy) or {"name", "job"} & set(self.changed_data):
+            edited = Endpoint(
+                pk=self.instance.pk, job=job, name=cleaned.get("name", ""), run_policy=policy
+            )
+            for problem in follow_up_problems(job.tenant_id, endpoints=[edited]):
                 self.add_error("run_policy", problem)
 
     def _check_quota(self, job: Job) -> None:
@@ -223,13 +223,16 @@ class EndpointForm(forms.ModelForm):
         return problems
 
 
-def check_job_follow_ups(form: forms.ModelForm) -> None:
-    """A job form's follow-ups (its policy's, every endpoint's of it) against its tenant."""
-    job = form.instance
-    if "run_policy" in form.errors or not job.tenant_id:
+def check_job_follow_ups(form: forms.ModelForm, cleaned: dict[str, Any]) -> None:
+    """A job form's follow-ups (its policy's, every endpoint's of it) against its tenant,
+    with the values as they would be saved."""
+    tenant, policy = cleaned.get("tenant"), cleaned.get("run_policy")
+    if tenant is None or "run_policy" in form.errors or not isinstance(policy, dict):
         return
-    if mentions_follow_ups(job.run_policy) or {"name", "tenant"} & set(form.changed_data):
-        for problem in follow_up_problems(job.tenant_id, jobs=[job]):
+    if mentions_follow_ups(policy) or {"name", "tenant"} & set(form.changed_data):
+        edited = Job(pk=form.instance.pk, tenant=tenant, name=cleaned.get("name", ""))
+        edited.run_policy = policy
+        for problem in follow_up_problems(tenant.pk, jobs=[edited]):
             form.add_error("run_policy", problem)
 
 
@@ -242,6 +245,7 @@ class JobForm(forms.ModelForm):
     def clean_run_policy(self) -> Any:
         return none_is_no_policy(self.cleaned_data.get("run_policy"))
 
-    def _post_clean(self) -> None:
-        super()._post_clean()
-        check_job_follow_ups(self)
+    def clean(self) -> dict[str, Any]:
+        cleaned = super().clean() or {}
+        check_job_follow_ups(self, cleaned)
+        return cleaned

@@ -107,12 +107,9 @@ class MovableJobForm(forms.ModelForm):
         model = Job
         fields = ["tenant", "name", "description", "status", "max_concurrent", "run_policy"]
 
-    def _post_clean(self) -> None:
-        super()._post_clean()
-        check_job_follow_ups(self)
-
     def clean(self) -> dict[str, Any]:
         cleaned = super().clean() or {}
+        check_job_follow_ups(self, cleaned)
         tenant = cleaned.get("tenant")
         if self.instance.pk is None or tenant is None:
             return cleaned

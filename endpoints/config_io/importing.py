@@ -168,11 +168,13 @@ def _plan_tenant(planner: _Planner, spec: TenantSpec) -> None:
 def _check_follow_ups(planner: _Planner, spec: TenantSpec, tenant: Tenant) -> None:
     """The tenant's follow-ups as the import would leave them: names of endpoints the
     file creates count, and no cycle (``endpoints.follow_ups``)."""
-    jobs = [w.instance for w in planner.writes if isinstance(w.instance, Job)]
-    jobs = [job for job in jobs if job.tenant is tenant]
-    endpoints = [w.instance for w in planner.writes if isinstance(w.instance, Endpoint)]
-    endpoints = [endpoint for endpoint in endpoints if endpoint.job.tenant is tenant]
-    if not any(mentions_follow_ups(item.run_policy) for item in [*jobs, *endpoints]):
+    instances = [write.instance for write in planner.writes]
+    jobs = [job for job in instances if isinstance(job, Job) and job.tenant is tenant]
+    endpoints = [
+        item for item in instances if isinstance(item, Endpoint) and item.job.tenant is tenant
+    ]
+    policies = [job.run_policy for job in jobs] + [item.run_policy for item in endpoints]
+    if not mentions_follow_ups(*policies):
         return
     for problem in follow_up_problems(tenant.pk, endpoints=endpoints, jobs=jobs):
         planner.problems.append(f"{spec.where}: {problem}")

@@ -61,6 +61,7 @@ def record_overlapped(
                 error=why,
             )
             for plan in slots
+            if plan.next_run_at is not None
         ],
         ignore_conflicts=True,
     )
