@@ -28,7 +28,8 @@ class Node:
     ref: str  # job/name
     own: Any  # the endpoint's run policy
     job_policy: Any
-    edited: bool = False
+    edited: bool = False  # a cycle through it is new
+    named_here: bool = False  # its names are checked (an endpoint edited, not its job)
     targets: list[str] = field(default_factory=list)
 
 
@@ -55,20 +56,21 @@ def follow_up_problems(
     endpoints, jobs = list(endpoints), list(jobs)
     nodes = _graph(tenant_id, endpoints, jobs)
     by_ref = {node.ref: node for node in nodes}
-    problems = []
+    named: set[str] = {ref for job in jobs for ref in rules_of(job.run_policy) or []}
     for node in nodes:
         policy_rules = rules_of(node.own)
         node.targets = policy_rules if policy_rules is not None else rules_of(node.job_policy) or []
-        if not node.edited:
-            continue
-        for ref in node.targets:
-            if ref not in by_ref:
-                problems.append(
-                    f"follow_ups: {ref!r} is no live endpoint of this tenant (named "
-                    f"job/endpoint; other tenants' endpoints cannot be named); correct the name."
-                )
+        if node.named_here:
+            named.update(node.targets)
+    problems = []
+    for ref in sorted(named):
+        if ref not in by_ref:
+            problems.append(
+                f"follow_ups: {ref!r} is no live endpoint of this tenant (named "
+                f"job/endpoint; other tenants' endpoints cannot be named); correct the name."
+            )
     if problems:
-        return sorted(set(problems))
+        return problems
     for node in nodes:
         if node.edited and (cycle := _cycle_from(node, by_ref)):
             return [
@@ -119,6 +121,7 @@ def _graph(tenant_id: int | None, endpoints: list[Endpoint], jobs: list[Job]) ->
                 endpoint.run_policy,
                 job.run_policy,
                 edited=True,
+                named_here=True,
             )
         )
     return nodes

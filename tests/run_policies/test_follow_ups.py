@@ -148,6 +148,11 @@ def test_the_api_refuses_a_cycle_and_another_tenants_endpoint_in_words(
     )
     assert through_job.status_code == 422, through_job.text
     assert "follow_ups: a cycle: ops/a -> ops/b -> ops/a" in through_job.text
+    missing = http.patch(
+        f"/jobs/{job.pk}", json={"run_policy": {"follow_ups": [follow(job, "nope")]}}
+    )
+    assert missing.status_code == 422, missing.text
+    assert "'ops/nope' is no live endpoint of this tenant" in missing.text
     ok = http.patch(f"/endpoints/{a.pk}", json={"run_policy": {"follow_ups": []}})
     assert ok.status_code == 200, ok.text
     assert Endpoint.objects.get(pk=b.pk).run_policy == {"follow_ups": [follow(job, "a")]}
