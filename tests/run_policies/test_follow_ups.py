@@ -157,6 +157,16 @@ def test_the_api_refuses_a_cycle_and_another_tenants_endpoint_in_words(
     assert ok.status_code == 200, ok.text
     assert Endpoint.objects.get(pk=b.pk).run_policy == {"follow_ups": [follow(job, "a")]}
 
+    # A follow-up's run names its cause in the API (and so in MCP's get_run).
+    now = timezone.now()
+    cause = Run.objects.create(endpoint=b, scheduled_for=now, started_at=now, status="success")
+    run = Run.objects.create(
+        endpoint=a, trigger=RunTrigger.FOLLOW_UP, source="follow-up", scheduled_for=now,
+        started_at=now, status="success", caused_by=cause.pk,
+    )  # fmt: skip
+    shown = http.get(f"/runs/{run.pk}").json()
+    assert (shown["trigger"], shown["caused_by"]) == ("follow-up", cause.pk)
+
 
 def chain_document(last_follows_first: bool) -> dict[str, Any]:
     def endpoint(name: str, then: str | None) -> dict[str, Any]:
