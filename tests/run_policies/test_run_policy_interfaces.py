@@ -255,7 +255,7 @@ def test_an_oversized_policy_is_refused_in_words_by_the_api_and_the_admin_form(
     assert "at most 20480 are allowed" in str(form.errors["run_policy"])
 
     # A file has its own bound (2 MB): a policy just over its own.
-    over = {"blackout": [{"start": "02:00", "end": "04:00", "days": ["mon"] * 3_000}]}
+    over = {"blackout": [{"start": "02:00", "end": "04:00", "days": ["mon"] * 4_000}]}
     path = tmp_path / "big.yaml"
     path.write_text(
         "version: 1\ntenants:\n- name: Acme\n  jobs:\n  - name: ops\n"
