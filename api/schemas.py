@@ -155,8 +155,9 @@ RUN_POLICY: Any = Field(
     None,
     description="Run policy: success criteria, retries, backoff cap, breaker, catch-up "
     "window, jitter, windows (blackout, allowed, active_from/active_until as ISO 8601 "
-    'date-times with an offset, run_once_at for a one-off) (keys in the README, "Run '
-    'policies"); {} for the defaults.',
+    "date-times with an offset, run_once_at for a one-off), calendars (exclude_dates "
+    '["2026-12-24..2026-12-26"], holidays {"country": "DE", "subdivision": "BY"}) (keys in '
+    'the README, "Run policies"); {} for the defaults.',
 )
 
 
@@ -505,7 +506,8 @@ class RunOut(Schema):
     endpoint_id: int
     trigger: str = Field(
         description="What started it: scheduled, manual (run now), test (test_endpoint, "
-        "never rescheduled) or retry (of the run named in retry_of).",
+        "never rescheduled), retry (of the run named in retry_of) or follow-up (after the "
+        "run named in caused_by, run policy follow_ups).",
         json_schema_extra=_enum(*RunTrigger.values),
     )
     source: str = Field(description="The rule that planned it (next_run_source at the time).")
@@ -518,6 +520,9 @@ class RunOut(Schema):
     error: str
     attempt: int
     retry_of: int | None = Field(description="The run this one retries, if it is a retry.")
+    caused_by: int | None = Field(
+        None, description="For a follow-up: the run of another endpoint it followed."
+    )
 
     @staticmethod
     def resolve_retry_of(run: Any) -> int | None:

@@ -75,7 +75,8 @@ def params_for(
         batch=args.batch,
         chunk_size=chunk,
         label=label,
-        extra_env={},
+        extra_env={"CELERY_BROKER_URL": args.broker} if args.broker else {},
+        database_suffix=args.database_suffix,
         profile=args.profile,
         run_policy=LARGEST_POLICY if policy else {},
     )
@@ -118,6 +119,8 @@ def main() -> None:
     parser.add_argument(
         "--profile", action="store_true", help="py-spy and pg_stat_statements over the window"
     )
+    parser.add_argument("--broker", default="", help="CELERY_BROKER_URL (default: db 8)")
+    parser.add_argument("--database-suffix", default="", help="cc_bench_<mode><suffix>")
     args = parser.parse_args()
     if not (1 <= args.n <= 20_000 and 1 <= args.window <= 300 and 0 <= args.warmup <= 60):
         raise SystemExit("Keep --n within 1..20000, --window 1..300 s, --warmup 0..60 s.")

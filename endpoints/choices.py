@@ -35,6 +35,8 @@ class Source(models.TextChoices):
     PAUSED = governor.PAUSED
     RETRY = governor.RETRY
     WINDOW = governor.WINDOW
+    CALENDAR = governor.CALENDAR
+    FOLLOW_UP = governor.FOLLOW_UP
     ONCE = governor.ONCE
     ENDED = governor.ENDED
     MANUAL = governor.MANUAL
@@ -45,6 +47,8 @@ class RunTrigger(models.TextChoices):
     MANUAL = "manual"
     TEST = "test"
     RETRY = "retry"
+    # Run after a run of another endpoint (run policy ``follow_ups``), ``caused_by`` it.
+    FOLLOW_UP = "follow-up"
 
 
 class RunStatus(models.TextChoices):
@@ -53,7 +57,8 @@ class RunStatus(models.TextChoices):
     FAILURE = "failure"
     TIMEOUT = "timeout"
     LOST = "lost"
-    # Found later than its job's catch-up window: not called, the next slot planned.
+    # Found later than its job's catch-up window: not called, the next slot planned; or a
+    # follow-up that could not be made (its endpoint in flight, paused...), said in words.
     SKIPPED = "skipped"
 
 

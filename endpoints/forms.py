@@ -14,6 +14,7 @@ from typing import Any
 from django import forms
 from django.core.exceptions import ValidationError
 
+from endpoints.follow_ups import follow_up_problems, mentions_follow_ups
 from endpoints.governor import REPLAN_FIELDS
 from endpoints.models import Endpoint, HttpMethod, Job
 from endpoints.schedules import ScheduleError, format_interval, parse_interval
@@ -181,7 +182,21 @@ class EndpointForm(forms.ModelForm):
         stored_tenant = self.instance.job.tenant_id if self.instance.job_id else None
         if job is not None and (self.instance.pk is None or job.tenant_id != stored_tenant):
             self._check_quota(job)
+        self._check_follow_ups(cleaned)
         return cleaned
+
+    def _check_follow_ups(self, cleaned: dict[str, Any]) -> None:
+        """The follow-ups against the tenant (their names, and no cycle), with the values
+        as they would be saved."""
+        job, policy = cleaned.get("job"), cleaned.get("run_policy")
+        if job is None or "run_policy" in self.errors or not isinstance(policy, dict):
+            return
+        if mentions_follow_ups(policy, job.run_policy) or {"name", "job"} & set(self.changed_data):
+            edited = Endpoint(
+                pk=self.instance.pk, job=job, name=cleaned.get("name", ""), run_policy=policy
+            )
+            for problem in follow_up_problems(job.tenant_id, endpoints=[edited]):
+                self.add_error("run_policy", problem)
 
     def _check_quota(self, job: Job) -> None:
         used = Endpoint.objects.live().filter(job__tenant=job.tenant).count()
@@ -208,6 +223,19 @@ class EndpointForm(forms.ModelForm):
         return problems
 
 
+def check_job_follow_ups(form: forms.ModelForm, cleaned: dict[str, Any]) -> None:
+    """A job form's follow-ups (its policy's, every endpoint's of it) against its tenant,
+    with the values as they would be saved."""
+    tenant, policy = cleaned.get("tenant"), cleaned.get("run_policy")
+    if tenant is None or "run_policy" in form.errors or not isinstance(policy, dict):
+        return
+    if mentions_follow_ups(policy) or {"name", "tenant"} & set(form.changed_data):
+        edited = Job(pk=form.instance.pk, tenant=tenant, name=cleaned.get("name", ""))
+        edited.run_policy = policy
+        for problem in follow_up_problems(tenant.pk, jobs=[edited]):
+            form.add_error("run_policy", problem)
+
+
 class JobForm(forms.ModelForm):
     class Meta:
         model = Job
@@ -216,3 +244,8 @@ class JobForm(forms.ModelForm):
 
     def clean_run_policy(self) -> Any:
         return none_is_no_policy(self.cleaned_data.get("run_policy"))
+
+    def clean(self) -> dict[str, Any]:
+        cleaned = super().clean() or {}
+        check_job_follow_ups(self, cleaned)
+        return cleaned

@@ -24,7 +24,10 @@ dataclass whose fields are named like the Endpoint fields. The rules, in order:
    gets an endpoint run more often than its tenant's plan allows.
 6. Windows (run policy): a run before ``active_from`` moves to the schedule's first slot
    at or after it; one inside a blackout moves to its end, one outside the allowed
-   windows to their next opening (``window``); only later, so every minimum holds.
+   windows to their next opening (``window``); one on a closed day (``exclude_dates``,
+   ``holidays``) to the first open day: a cron to its first slot that day or after, any
+   other run to the day's start (``calendar``), then the windows again; only later, so
+   every minimum holds.
 7. Pause wins: ``paused_until > now`` -> ``(paused_until, "paused")``, except that it
    never brings a run before ``active_from`` or a one-off before its time.
 8. The end: a run after ``active_until``, or a one-off that has had its time, is no run
@@ -50,6 +53,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 from zoneinfo import ZoneInfo
 
+from endpoints.calendars import Calendar, closed_reason, next_open
 from endpoints.policies import DEFAULT as DEFAULT_POLICY
 from endpoints.policies import RunPolicy, jitter_offset_ms, stored_policy
 from endpoints.schedules import (
@@ -71,10 +75,12 @@ CLAMPED_MIN = "clamped-min"
 CLAMPED_MAX = "clamped-max"
 PAUSED = "paused"
 WINDOW = "window"  # moved by a window: blackout, allowed hours, active period (run policy)
+CALENDAR = "calendar"  # moved off a closed day: an excluded date or a holiday (run policy)
 ONCE = "once"  # a one-off endpoint's one run (run policy ``run_once_at``)
 ENDED = "ended"  # no next run: the active period is over, or the one-off has run
 RETRY = "retry"  # a retry within the slot (run policy), after a failed attempt
 MANUAL = "manual"  # not the governor's: a person asked for a run now
+FOLLOW_UP = "follow-up"  # not the governor's: a run of another endpoint asked for it
 
 
 # The schedule a person sets (an edit of any of these is planned again at once) and the
@@ -100,6 +106,7 @@ POLICY_FIELDS = (
     "active_from",
     "active_until",
     "run_once_at",
+    "calendar",
     "phase_slot",
     "policy_problem",
 )
@@ -131,6 +138,7 @@ class EndpointSchedule:
     active_from: datetime | None = None  # no run before
     active_until: datetime | None = None  # no run after
     run_once_at: datetime | None = None  # a one-off: this run, then none
+    calendar: Calendar | None = None  # local dates it never runs on
     # The engine's, for a scheduled run: its slot, whose phase a late run's interval keeps.
     phase_slot: datetime | None = None
     # Why the stored run policy could not be used (its defaults apply), else "".
@@ -207,6 +215,7 @@ def policy_fields(endpoint: Any) -> dict[str, Any]:
         "active_from": policy.active_from,
         "active_until": policy.active_until,
         "run_once_at": policy.run_once_at,
+        "calendar": policy.calendar,
         "policy_problem": policy.problem,
     }
 
@@ -365,7 +374,7 @@ def decide(now: datetime, schedule: EndpointSchedule) -> Decision:
             at = chosen.at
     if schedule.active_from is not None and at < schedule.active_from:
         at, source = _first_active(at, source, schedule, steps)
-    moved = _into_windows(at, source, schedule, steps)
+    moved = _into_free_time(at, source, schedule, steps)
     if moved is None:
         return decision(None, ENDED)
     at, source = moved
@@ -470,6 +479,48 @@ def _into_windows(
         )
     # A retry or a one-off moved by a window is still what it was.
     return found, (source if source in (RETRY, ONCE) else WINDOW)
+
+
+# Rounds of windows and calendar, each moving a run later, before a plan gives up.
+MAX_FREE_ROUNDS = 32
+
+
+def _into_free_time(
+    at: datetime, source: str, schedule: EndpointSchedule, steps: list[str]
+) -> tuple[datetime, str] | None:
+    """The windows, then the calendar: a run on a closed day moves to the first open day
+    (a cron to its first slot at or after that day's start, any other run to the start),
+    where the windows apply again, until both agree. Each round moves at least a day, so
+    a bounded number of rounds; None (with a step) when they never agree."""
+    moved = _into_windows(at, source, schedule, steps)
+    calendar = schedule.calendar
+    if calendar is None or moved is None:
+        return moved
+    zone = ZoneInfo(schedule.timezone or "UTC")
+    for _ in range(MAX_FREE_ROUNDS):
+        at, source = moved
+        opening = next_open(at, zone, calendar)
+        if opening is None:
+            break
+        if opening == at:
+            return moved
+        if schedule.baseline_cron and source not in (RETRY, ONCE):
+            opening = _baseline(opening - timedelta(microseconds=1), schedule).at
+        day = at.astimezone(zone).date()
+        steps.append(
+            f"{day.isoformat()} is {closed_reason(calendar, day)} ({schedule.timezone}): "
+            f"moved to {_stamp(opening)}"
+        )
+        moved = _into_windows(
+            opening, source if source in (RETRY, ONCE) else CALENDAR, schedule, steps
+        )
+        if moved is None:
+            return None
+    steps.append(
+        f"no open day was found ({calendar.words()}, {schedule.timezone}): no run; "
+        "correct the run policy"
+    )
+    return None
 
 
 def _baseline(now: datetime, schedule: EndpointSchedule) -> Candidate:
@@ -619,9 +670,11 @@ SOURCE_WORDS = {
     PAUSED: "a pause",
     RETRY: "a retry within the slot",
     WINDOW: "a time window (blackout, allowed hours or active period)",
+    CALENDAR: "the calendar (an excluded date or a public holiday)",
     ONCE: "the one-off time (run_once_at)",
     ENDED: "nothing: no more runs (the active period ended, or the one-off has run)",
     MANUAL: "a manual run request",
+    FOLLOW_UP: "a follow-up of another endpoint's run (run policy follow_ups)",
 }
 
 

@@ -279,6 +279,8 @@ class Endpoint(models.Model):
     # and the slot's first run, which every attempt links to. Written by the engine only.
     retry_attempt = models.PositiveSmallIntegerField(default=0, db_default=0, editable=False)
     retry_of_run = models.BigIntegerField(null=True, blank=True, editable=False)
+    # The run of another endpoint whose follow-up this one's waiting run is (engine only).
+    follow_up_of_run = models.BigIntegerField(null=True, blank=True, editable=False)
     archived_at = models.DateTimeField(null=True, blank=True)
     # When it runs next, why, and the claim lease live in its Slot (below), read and
     # written here through these properties.
@@ -637,6 +639,9 @@ class Run(models.Model):
     )
     claim_token = models.UUIDField(null=True, blank=True)
     lease_expires_at = models.DateTimeField(null=True, blank=True)
+    # A follow-up's cause: the run of another endpoint it followed. An id, no key, as
+    # ``retry_of`` on the partitioned history; retention may have deleted that run.
+    caused_by = models.BigIntegerField(null=True, blank=True)
 
     objects = RunQuerySet.as_manager()
 
@@ -655,7 +660,7 @@ class Run(models.Model):
             # deliveries of one claim cannot both start it (engine.running._start_run).
             models.UniqueConstraint(
                 fields=["endpoint", "scheduled_for", "attempt"],
-                condition=Q(trigger__in=["manual", "retry"]),
+                condition=Q(trigger__in=["manual", "retry", "follow-up"]),
                 name="endpoints_run_one_per_attempt",
             ),
             models.CheckConstraint(

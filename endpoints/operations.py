@@ -311,6 +311,7 @@ TRIGGER_WORDS = {
     RunTrigger.MANUAL: "a manual run",
     RunTrigger.TEST: "a test",
     RunTrigger.RETRY: "a retry",
+    RunTrigger.FOLLOW_UP: "a follow-up",
 }
 
 

@@ -40,6 +40,17 @@ Keys (all optional; ``DEFAULTS`` below, with the README saying why):
   no next run.
 - ``run_once_at``: an ISO 8601 date-time with an offset: the endpoint runs once then (its
   baseline schedule unused; retries within that slot still happen), then never again.
+- ``exclude_dates``: dates and ranges (``"2026-12-24..2026-12-26"``) it never runs on,
+  and ``holidays`` (``{"country": "DE", "subdivision": "BY"}``): public holidays it never
+  runs on, both local dates in its zone; planned by ``endpoints.calendars``.
+- ``follow_ups``: endpoints of the same tenant to run after a run of this one, each
+  ``{"endpoint": "job/name", "on": "success" | "failure" | "always"}``; names and cycles
+  are checked when saved (``endpoints.follow_ups``), the runs made by the engine
+  (``endpoints.engine.follow_ups``).
+- ``overlap``: what becomes of the slots that come due while a call is still in flight:
+  ``wait`` (the default: none runs beside it; the next run is planned when it ends) or
+  ``skip`` (each such slot recorded ``skipped``, saying so; the next is the first slot
+  after it ends). ``{"allow": N}`` is refused until the lease is kept per slot.
 """
 
 from __future__ import annotations
@@ -52,6 +63,14 @@ from dataclasses import dataclass, fields, replace
 from datetime import UTC, datetime
 from typing import Any
 
+from endpoints.calendars import (
+    Calendar,
+    DayRange,
+    exclude_dates_problem,
+    holidays_problem,
+    parse_exclude_dates,
+    parse_holidays,
+)
 from endpoints.jsonb import json_scalar_problem, unencodable_problem
 from endpoints.windows import Window, parse_window, windows_leave_time, windows_problem
 
@@ -61,9 +80,10 @@ MAX_DELAY_MS = 24 * 3_600_000
 MAX_JITTER_MS = 3_600_000
 MAX_TEXT = 1_000
 MAX_COOLDOWN_MS = 365 * 24 * 3_600_000
-# The largest policy every key of which is within its own limits is about 14 KB (texts of
-# MAX_TEXT four-byte characters, MAX_WINDOWS windows of both kinds on every day).
-MAX_POLICY_BYTES = 16_384
+# The largest policy every key of which is within its own limits is about 19 KB (texts of
+# MAX_TEXT four-byte characters, MAX_WINDOWS windows of both kinds on every day, fifty
+# excluded ranges, ten follow-ups of the longest names).
+MAX_POLICY_BYTES = 20_480
 # A Retry-After is honoured up to this; further than that the slot is left to fail.
 MAX_RETRY_AFTER_MS = 3_600_000
 
@@ -98,6 +118,10 @@ class RunPolicy:
     active_from: datetime | None = None
     active_until: datetime | None = None
     run_once_at: datetime | None = None
+    exclude_dates: tuple[DayRange, ...] = ()
+    holidays: tuple[str, str] = ("", "")  # (country, subdivision)
+    follow_ups: tuple[FollowUp, ...] = ()
+    overlap: str = "wait"
     # Not a key: why a stored policy could not be used (``stored_policy``), else "".
     problem: str = ""
 
@@ -109,6 +133,13 @@ class RunPolicy:
             or bool(self.body_contains or self.body_json_path)
             or self.max_duration_ms is not None
         )
+
+    @property
+    def calendar(self) -> Calendar | None:
+        """The closed days (``endpoints.calendars``), or None when there are none."""
+        if not self.exclude_dates and not self.holidays[0]:
+            return None
+        return Calendar(self.exclude_dates, *self.holidays)
 
     def retry_delay(self, attempt: int, retry_after_ms: int | None) -> int:
         """The wait in ms before attempt ``attempt + 1``, after attempt ``attempt`` failed."""
@@ -141,6 +172,48 @@ _NULLABLE = {
     "breaker_cooldown_ms",
     "catchup_window_ms",
 }
+
+
+MAX_FOLLOW_UPS = 10
+FOLLOW_UP_ON = ("success", "failure", "always")
+_FOLLOW_UP_EXAMPLE = '[{"endpoint": "reports/build", "on": "success"}]'
+
+
+@dataclass(frozen=True)
+class FollowUp:
+    """An endpoint to run after a run: ``job/name`` in the same tenant, and when."""
+
+    endpoint: str
+    on: str = "success"
+
+    def wanted(self, succeeded: bool) -> bool:
+        return self.on == "always" or (self.on == "success") == succeeded
+
+
+def follow_ups_problem(item: Any) -> str:
+    """What is wrong with a stored ``follow_ups`` list, in words; "" when it is usable
+    (the names and cycles are checked against the tenant when saved)."""
+    if not isinstance(item, list) or len(item) > MAX_FOLLOW_UPS:
+        return f"a list of at most {MAX_FOLLOW_UPS} follow-ups, e.g. {_FOLLOW_UP_EXAMPLE}."
+    seen = set()
+    for number, rule in enumerate(item, 1):
+        if not isinstance(rule, dict) or not {"endpoint"} <= set(rule) <= {"endpoint", "on"}:
+            return (
+                f"follow-up {number}: give endpoint (and optionally on), e.g. {_FOLLOW_UP_EXAMPLE}."
+            )
+        name = rule["endpoint"]
+        if not isinstance(name, str) or name.count("/") != 1 or not all(name.split("/")):
+            return f'follow-up {number}: endpoint is a name job/endpoint, e.g. "reports/build".'
+        if len(name) > 400 or re.search(r"[\x00-\x1f\x7f]", name):
+            return f"follow-up {number}: endpoint is at most 400 characters, no control ones."
+        if problem := unencodable_problem(name):
+            return f"follow-up {number}: {problem}"
+        if rule.get("on", "success") not in FOLLOW_UP_ON:
+            return f"follow-up {number}: on is one of {', '.join(FOLLOW_UP_ON)}."
+        if name in seen:
+            return f"follow-up {number}: {name} is named twice; name each endpoint once."
+        seen.add(name)
+    return ""
 
 
 class PolicyError(ValueError):
@@ -252,7 +325,29 @@ def _key_problem(key: str, item: Any) -> str:
         return windows_problem(item)
     if key in MOMENT_KEYS:
         return _moment_problem(item)
+    if key == "exclude_dates":
+        return exclude_dates_problem(item)
+    if key == "holidays":
+        return holidays_problem(item)
+    if key == "follow_ups":
+        return follow_ups_problem(item)
+    if key == "overlap":
+        return _overlap_problem(item)
     return ""
+
+
+def _overlap_problem(item: Any) -> str:
+    if item in OVERLAPS:
+        return ""
+    if isinstance(item, dict) and set(item) == {"allow"}:
+        return (
+            'allow (calls of the endpoint in flight at once) is not available yet: use "wait" '
+            '(the default) or "skip".'
+        )
+    return 'either "wait" (the default) or "skip".'
+
+
+OVERLAPS = ("wait", "skip")
 
 
 MOMENT_KEYS = ("active_from", "active_until", "run_once_at")
@@ -318,6 +413,15 @@ def resolve_policy(job_policy: Any, endpoint_policy: Any) -> RunPolicy:
     for key in MOMENT_KEYS:
         if merged.get(key) is not None:
             merged[key] = parse_moment(merged[key])
+    if "exclude_dates" in merged:
+        merged["exclude_dates"] = parse_exclude_dates(merged["exclude_dates"] or [])
+    if "holidays" in merged:
+        merged["holidays"] = parse_holidays(merged["holidays"])
+    if "follow_ups" in merged:
+        merged["follow_ups"] = tuple(
+            FollowUp(rule["endpoint"], rule.get("on", "success"))
+            for rule in merged["follow_ups"] or []
+        )
     return replace(DEFAULT, **merged)
 
 

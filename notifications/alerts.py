@@ -36,7 +36,7 @@ from django.db import transaction
 from django.db.models import Exists, OuterRef, Q
 
 from endpoints.choices import BREAKER_SOURCES
-from endpoints.governor import ENDED, MAX_PLANNABLE_MS, ONCE, PAUSED, WINDOW
+from endpoints.governor import CALENDAR, ENDED, MAX_PLANNABLE_MS, ONCE, PAUSED, WINDOW
 from endpoints.models import Endpoint, Flip, Heartbeat, JobStatus, Run, RunStatus
 from endpoints.wording import count_words, duration_words
 from notifications.delivery import Clock, deliver_due
@@ -357,7 +357,10 @@ def _is_stale(endpoint: Endpoint, rule: AlertRule, now: datetime) -> bool:
     if endpoint.next_run_source == ENDED or endpoint.job.status != JobStatus.ACTIVE:
         return False
     since = endpoint.last_run_at or endpoint.created_at
-    if endpoint.next_run_source in (WINDOW, ONCE, PAUSED) and endpoint.next_run_at is not None:
+    if (
+        endpoint.next_run_source in (WINDOW, CALENDAR, ONCE, PAUSED)
+        and endpoint.next_run_at is not None
+    ):
         since = max(since, endpoint.next_run_at)
     return now - since > _stale_after(endpoint.baseline_interval_ms, rule.stale_factor)
 

@@ -7,7 +7,7 @@ from typing import Any
 
 from django import forms
 
-from endpoints.forms import EndpointForm
+from endpoints.forms import EndpointForm, check_job_follow_ups
 from endpoints.models import Job
 from notifications.models import (
     MINUTES_IN_A_YEAR,
@@ -109,6 +109,7 @@ class MovableJobForm(forms.ModelForm):
 
     def clean(self) -> dict[str, Any]:
         cleaned = super().clean() or {}
+        check_job_follow_ups(self, cleaned)
         tenant = cleaned.get("tenant")
         if self.instance.pk is None or tenant is None:
             return cleaned

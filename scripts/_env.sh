@@ -8,8 +8,10 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 export PATH="$HOME/.local/bin:$PATH"
 if ! command -v uv >/dev/null 2>&1; then
   echo "==> installing uv (the package manager that reads uv.lock)"
-  python3 -m pip install --quiet uv 2>/dev/null \
-    || python3 -m pip install --quiet --user --break-system-packages uv
+  # Pinned, as in the Dockerfile: this uv builds the project (pyproject.toml's
+  # build-system, uv_build) with the copy built into it, so uv sync downloads no build tool.
+  python3 -m pip install --quiet "uv==0.13.9" 2>/dev/null \
+    || python3 -m pip install --quiet --user --break-system-packages "uv==0.13.9"
 fi
 VENV=.venv
 PYTHON_CHOICE=()

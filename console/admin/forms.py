@@ -50,7 +50,9 @@ class BoundedJSONField(forms.JSONField):
 RUN_POLICY_HELP = (
     'A JSON object, e.g. {"retry_attempts": 3, "body_json_path": "status", '
     '"body_json_equals": "ok", "breaker_failed_slots": 5, "catchup_window_ms": 3600000, '
-    '"jitter_ms": 30000}; {} keeps the defaults (see the README, "Run policies").'
+    '"jitter_ms": 30000, "holidays": {"country": "DE", "subdivision": "BY"}, '
+    '"exclude_dates": ["2026-12-24..2026-12-26"]}; {} keeps the defaults (see the README, '
+    '"Run policies").'
 )
 
 

@@ -636,7 +636,7 @@ class RunAdmin(RecordAdmin):
     list_per_page = 100
     fieldsets = (
         (None, {"fields": ("endpoint_ref", "trigger", "source", "status_shown", "attempt",
-                           "retry_link")}),
+                           "retry_link", "cause_link")}),
         ("Request", {"fields": ("request_made",)}),
         ("Timings", {"fields": ("scheduled", "started", "finished", "duration", "lateness")}),
         ("Response", {"fields": ("status_code", "response_size", "headers_shown",
@@ -650,6 +650,7 @@ class RunAdmin(RecordAdmin):
         "status_shown",
         "attempt",
         "retry_link",
+        "cause_link",
         "request_made",
         "scheduled",
         "started",
@@ -695,6 +696,10 @@ class RunAdmin(RecordAdmin):
     @admin.display(description="retry of")
     def retry_link(self, obj: Run) -> str:
         return run_link(obj.retry_of_id) if obj.retry_of_id else "—"
+
+    @admin.display(description="follow-up of")
+    def cause_link(self, obj: Run) -> str:
+        return run_link(obj.caused_by) if obj.caused_by else "—"
 
     @admin.display(description="request")
     def request_made(self, obj: Run) -> str:

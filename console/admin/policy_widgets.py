@@ -33,8 +33,11 @@ from endpoints.wording import duration_words
 # codes: a list typed as "200, 204, 3xx"; text: one line; scalar: a JSON scalar typed as
 # text (ok, 3, true); count: a whole number; duration: a number and a unit, stored in ms;
 # choice: one of ``choices``; flag: yes / no; windows: rows of days and from/to times;
-# moment: a date, a time and a UTC offset.
-KINDS = ("codes", "text", "scalar", "count", "duration", "choice", "flag", "windows", "moment")
+# moment: a date, a time and a UTC offset; json: the key's JSON value typed as such (a
+# list or an object with a shape of its own: dates, a calendar, follow-ups).
+KINDS = (
+    "codes", "text", "scalar", "count", "duration", "choice", "flag", "windows", "moment", "json"
+)  # fmt: skip
 DURATION_UNITS = (("ms", 1), ("s", 1_000), ("min", 60_000), ("h", 3_600_000), ("d", 86_400_000))
 
 
@@ -131,6 +134,18 @@ POLICY_GROUPS = (
         "starts runs over midnight (its days are the days it starts).",
     ),
     PolicyGroup(
+        "Calendar",
+        (
+            PolicyKey("exclude_dates", "Closed dates", "json",
+                      'Dates and ranges it never runs on: ["2026-12-24..2026-12-26", '
+                      '"2027-01-01"].'),
+            PolicyKey("holidays", "Public holidays", "json",
+                      'Never on the public holidays of: {"country": "DE", "subdivision": "BY"}.'),
+        ),
+        "Local dates in the endpoint's time zone; a run on a closed day moves to the next "
+        "open one.",
+    ),
+    PolicyGroup(
         "Active period",
         (
             PolicyKey("active_from", "From", "moment", "The first run is at or after this."),
@@ -144,6 +159,17 @@ POLICY_GROUPS = (
                       "Runs once then (its schedule unused), then never again."),
         ),
     ),
+    PolicyGroup(
+        "Overlap and follow-ups",
+        (
+            PolicyKey("overlap", "A slot due while a call is in flight", "choice",
+                      "wait: runs late, after the call; skip: recorded skipped, not run.",
+                      choices=("wait", "skip")),
+            PolicyKey("follow_ups", "Then run", "json",
+                      'Endpoints of this tenant to run after a run: [{"endpoint": "job/name", '
+                      '"on": "success"}] (on: success, failure or always).'),
+        ),
+    ),
 )  # fmt: skip
 POLICY_KEYS = {key.key: key for group in POLICY_GROUPS for key in group.keys}
 # A key of the policy without a line above is kept as it is and listed by the editor as
@@ -152,7 +178,7 @@ UNEDITED_KEYS = tuple(key for key in KEYS if key not in POLICY_KEYS)
 
 
 def default_words(key: PolicyKey, value: Any) -> str:
-    if value is None or value == ():
+    if value is None or value == () or value == ("", ""):
         return key.none or "none"
     if key.kind == "duration":
         return duration_words(value) if value else "none"
@@ -178,6 +204,12 @@ def policy_words(policy: RunPolicy, zone: str = "") -> list[str]:
             words = "; ".join(window.words() for window in value) + where if value else "none"
         elif key.kind == "moment":
             words = value.isoformat().replace("+00:00", " UTC")
+        elif key.key == "holidays":
+            words = "-".join(part for part in value if part)
+        elif key.key == "exclude_dates":
+            words = ", ".join(str(a) if a == b else f"{a}..{b}" for a, b in value)
+        elif key.key == "follow_ups":
+            words = ", ".join(f"{follow.endpoint} on {follow.on}" for follow in value)
         else:
             words = default_words(key, value)
         lines.append(f"{key.label}: {words}")

@@ -128,6 +128,12 @@ def _notes(endpoint: Endpoint, *, shown: int) -> list[str]:
         )
     elif endpoint.job.status != JobStatus.ACTIVE:
         notes.append(f"The job {endpoint.job.name!r} is {endpoint.job.status}: nothing runs now.")
+    calendar = endpoint.policy.calendar
+    if calendar is not None:
+        notes.append(
+            f"Never on {calendar.words()} (dates in {endpoint.timezone}): a run due on one "
+            "moves to the next open day (source calendar)."
+        )
     jitter = endpoint.policy.jitter_ms
     if jitter and endpoint.baseline_cron and endpoint.pk is None:
         notes.append(

@@ -27,6 +27,8 @@ The format (``export_config`` writes it, ``plan_import`` reads it; every key is 
               retry_attempts: 3
               breaker_failed_slots: 5
               blackout: [{start: "02:00", end: "04:00", days: [sat, sun]}]
+              exclude_dates: ["2026-12-24..2026-12-26", "2027-01-01"]  # local dates
+              holidays: {country: DE, subdivision: BY}  # public holidays: never then
             alerts:                   # the job's alert rule (the notifications app)
               enabled: true
               after_failures: 2
@@ -59,7 +61,9 @@ The format (``export_config`` writes it, ``plan_import`` reads it; every key is 
 A run policy's keys (``expected_status``, ``retry_attempts``, ``breaker_cooldown_ms``,
 windows, ``active_from``/``active_until``, ``run_once_at`` ...) are listed in
 ``endpoints/policies.py`` and the README's "Run policies"; an endpoint's overrides its
-job's key by key.
+job's key by key. ``follow_ups: [{endpoint: reports/build, on: success}]`` names endpoints
+of the same tenant as ``job/endpoint``, declared anywhere in the file or already there;
+a cycle is refused.
 
 Jobs and endpoints are declarative: a key left out takes its default, so the file is the
 whole definition. Runtime state (next run, hints, pauses, failures, job status) is never

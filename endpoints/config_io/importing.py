@@ -37,6 +37,7 @@ from endpoints.config_io.schema import (
     read_config,
     same_value,
 )
+from endpoints.follow_ups import follow_up_problems, mentions_follow_ups
 from endpoints.governor import REPLAN_FIELDS
 from endpoints.models import Endpoint, Job, Tenant
 from endpoints.operations import archive_endpoint, replan_after_edit, replan_job
@@ -164,11 +165,27 @@ def _plan_tenant(planner: _Planner, spec: TenantSpec) -> None:
         live_after += (
             Endpoint.objects.live().filter(job__tenant=tenant).exclude(job__name__in=named).count()
         )
+    _check_follow_ups(planner, spec, tenant)
     if live_after > tenant.max_endpoints:
         planner.problems.append(
             f"{spec.where}: the tenant would have {live_after} endpoints but max_endpoints is "
             f"{tenant.max_endpoints}; raise max_endpoints or declare fewer endpoints"
         )
+
+
+def _check_follow_ups(planner: _Planner, spec: TenantSpec, tenant: Tenant) -> None:
+    """The tenant's follow-ups as the import would leave them: names of endpoints the
+    file creates count, and no cycle (``endpoints.follow_ups``)."""
+    instances = [write.instance for write in planner.writes]
+    jobs = [job for job in instances if isinstance(job, Job) and job.tenant is tenant]
+    endpoints = [
+        item for item in instances if isinstance(item, Endpoint) and item.job.tenant is tenant
+    ]
+    policies = [job.run_policy for job in jobs] + [item.run_policy for item in endpoints]
+    if not mentions_follow_ups(*policies):
+        return
+    for problem in follow_up_problems(tenant.pk, endpoints=endpoints, jobs=jobs):
+        planner.problems.append(f"{spec.where}: {problem}")
 
 
 def _plan_channel(planner: _Planner, tenant: Tenant, spec: ChannelSpec) -> None:

@@ -215,6 +215,10 @@ EXPIRED_RUN_ERROR = (
 )
 
 
+# A slot made due by a run now or a follow-up starts a run of that trigger, not a slot's.
+_TRIGGERS = {Source.MANUAL: RunTrigger.MANUAL, Source.FOLLOW_UP: RunTrigger.FOLLOW_UP}
+
+
 def claim_due_endpoints(*, now: datetime, limit: int, horizon_ms: int) -> list[Claim]:
     """Claim up to ``limit`` endpoints due by ``now + horizon_ms``, earliest first.
 
@@ -240,7 +244,7 @@ def claim_due_endpoints(*, now: datetime, limit: int, horizon_ms: int) -> list[C
             claim_token=token if isinstance(token, uuid.UUID) else uuid.UUID(str(token)),
             scheduled_for=scheduled_for,
             source=source or "",
-            trigger=RunTrigger.MANUAL if source == Source.MANUAL else RunTrigger.SCHEDULED,
+            trigger=_TRIGGERS.get(source, RunTrigger.SCHEDULED),
             start_at=spread_start(endpoint_id, scheduled_for, now),
         )
         for endpoint_id, token, scheduled_for, source in rows

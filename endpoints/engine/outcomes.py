@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -18,12 +18,15 @@ from endpoints import breaker
 from endpoints.engine import sql
 from endpoints.engine.claiming import Claim
 from endpoints.engine.executor import HttpResult
+from endpoints.engine.follow_ups import start_follow_ups
 from endpoints.engine.logs import log_event, logger
+from endpoints.engine.overlap import record_overlapped, slots_in_flight
 from endpoints.engine.sql import ClaimedEndpoint
 from endpoints.governor import (
     HINT_FIELDS,
     RETRY,
     EndpointSchedule,
+    Plan,
     plan_next_run,
 )
 from endpoints.models import (
@@ -56,6 +59,8 @@ class Outcome:
     result: HttpResult
     # For a failure: policies.RETRYABLE, NEEDS_PERSON or OTHER (decides retry and breaker).
     failure_kind: str = ""
+    # Slots due while it was in flight, under ``overlap: skip`` (``engine.overlap``).
+    overlapped: list[Plan] = field(default_factory=list)
 
 
 def reschedule(outcome: Outcome, endpoint: ClaimedEndpoint) -> bool:
@@ -216,8 +221,12 @@ def next_state(outcome: Outcome, endpoint: ClaimedEndpoint) -> dict[str, Any]:
     # (the governor's ``phase_slot``); a run slower than its interval plans from its end
     # instead, or the endpoint would be due again the moment it finished (trap 3).
     plan = plan_next_run(started, on_phase(schedule, outcome.claim))
+    outcome.overlapped = []
     if plan.next_run_at is not None and plan.next_run_at <= finished:
-        plan = plan_next_run(finished, schedule)
+        if policy.overlap == "skip":
+            plan, outcome.overlapped = slots_in_flight(plan, schedule, finished)
+        else:
+            plan = plan_next_run(finished, schedule)
     archived = endpoint.archived_at is not None  # archived in flight: no next run
     return {
         "last_run_at": started,
@@ -259,10 +268,29 @@ def open_breaker(outcome: Outcome, reason: str) -> None:
 
 
 def after_reschedule(outcome: Outcome, values: Mapping[str, Any]) -> None:
-    """Once the outcome is written: its line, and the breaker if it opens."""
+    """Once the outcome is written: its line, the breaker if it opens, and the follow-ups
+    (``engine.follow_ups``)."""
     log_rescheduled(outcome, values)
     if reason := breaker_reason(outcome, values):
         open_breaker(outcome, reason)
+    if outcome.overlapped:
+        record_overlapped(
+            outcome.claim.endpoint_id,
+            outcome.run,
+            outcome.overlapped,
+            started=outcome.started,
+            finished=outcome.finished,
+        )
+    rules = outcome.endpoint.policy.follow_ups
+    # A failed attempt with a retry planned has not failed its slot yet; a skip is no run.
+    if rules and outcome.result.status != "skipped" and not values.get("retry_attempt"):
+        start_follow_ups(
+            endpoint_id=outcome.claim.endpoint_id,
+            run_id=outcome.run.pk,
+            rules=rules,
+            succeeded=outcome.result.status == "success",
+            now=outcome.finished,
+        )
 
 
 def _hints_after_run(endpoint: ClaimedEndpoint, started: datetime) -> dict[str, Any]:

@@ -43,6 +43,7 @@ from endpoints.engine.executor import (
     perform_request,
     submit_request,
 )
+from endpoints.engine.follow_ups import cause_of
 from endpoints.engine.logs import log_context, log_event
 from endpoints.engine.outcomes import (
     RESULT_STATUS,
@@ -542,6 +543,8 @@ def _start_run(endpoint: ClaimedEndpoint, claim: Claim, started: datetime) -> Ru
     whose lease expired (its worker stopped renewing it): only then is it retried.
     """
     fields = _run_fields(endpoint, claim, started)
+    if claim.trigger == RunTrigger.FOLLOW_UP:
+        fields["caused_by"] = cause_of(endpoint.pk)
     previous = None
     if claim.trigger != RunTrigger.SCHEDULED:
         previous = _latest_attempt(endpoint.pk, claim.scheduled_for)

@@ -65,6 +65,8 @@ def test_the_format_reference_imports_as_written(now: datetime) -> None:
 
     job = Job.objects.get(name="billing")
     assert job.run_policy["breaker_failed_slots"] == 5
+    assert job.run_policy["holidays"] == {"country": "DE", "subdivision": "BY"}
+    assert job.run_policy["exclude_dates"] == ["2026-12-24..2026-12-26", "2027-01-01"]
     rule = AlertRule.objects.select_related("escalate_to").get(job=job)
     assert (rule.remind_every_minutes, rule.escalate_after_minutes) == (60, 30)
     assert rule.escalate_to is not None and rule.escalate_to.name == "pager"

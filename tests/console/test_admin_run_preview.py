@@ -297,3 +297,30 @@ def test_the_preview_says_when_nothing_will_run(world: World, frozen: None) -> N
     assert "This endpoint is archived: it never runs." in archived["notes"]
     assert len(new["runs"]) == 10
     assert "The job 'ops-alpha' is paused: nothing runs now." in new["notes"]
+
+
+def test_the_preview_skips_the_holidays_typed_and_names_them(world: World) -> None:
+    policy = '{"holidays": {"country": "DE", "subdivision": "BY"}, "exclude_dates": ["2026-12-24"]}'
+    values = form_values(
+        world.a.job, baseline_cron="0 9 * * *", timezone="Europe/Berlin", run_policy=policy
+    )
+
+    with time_machine.travel(datetime(2026, 12, 23, 12, 0, tzinfo=UTC), tick=False):
+        client = world.client_for(world.alice)
+        answer = preview(client, values)
+        refusal = refused(client, {**values, "run_policy": '{"exclude_dates": ["2026-02-30"]}'})
+
+    assert [run["local"][:14] for run in answer["runs"][:3]] == [
+        "Sun 2026-12-27",  # the 24th excluded, the 25th and 26th holidays in Bavaria
+        "Mon 2026-12-28",
+        "Tue 2026-12-29",
+    ]
+    assert answer["runs"][0]["source"] == "calendar"
+    assert answer["runs"][0]["why"] == "the calendar (an excluded date or a public holiday)"
+    assert (
+        "Never on 2026-12-24; public holidays of DE-BY (dates in Europe/Berlin): a run due on "
+        "one moves to the next open day (source calendar)." in answer["notes"]
+    )
+    assert "exclude_dates: entry 1: '2026-02-30' is not a date of the calendar." in str(
+        refusal["run_policy"]["messages"]
+    )

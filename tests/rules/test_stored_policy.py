@@ -12,11 +12,13 @@ from typing import Any
 import pytest
 
 from endpoints import policies
+from endpoints.calendars import MAX_EXCLUDE_DATES
 from endpoints.governor import EndpointSchedule, explain_plan
 from endpoints.policies import (
     DEFAULT,
     MAX_ATTEMPTS,
     MAX_DELAY_MS,
+    MAX_FOLLOW_UPS,
     MAX_POLICY_BYTES,
     MAX_TEXT,
     json_size,
@@ -52,6 +54,12 @@ def largest_policy() -> dict[str, Any]:
         "allowed": [{"start": "00:00", "end": "23:59", "days": list(DAYS)}] * MAX_WINDOWS,
         "active_from": "2026-01-01T00:00:00+01:00",
         "active_until": "9000-01-01T00:00:00+01:00",
+        "exclude_dates": ["2026-12-24..2026-12-26"] * MAX_EXCLUDE_DATES,
+        "holidays": {"country": "DE", "subdivision": "Augsburg"},
+        "follow_ups": [
+            {"endpoint": f"{'j' * 199}/{n:0200d}", "on": "always"} for n in range(MAX_FOLLOW_UPS)
+        ],
+        "overlap": "skip",
     }
 
 
@@ -67,13 +75,13 @@ def test_the_largest_policy_every_key_allows_fits_the_size_bound() -> None:
         # The 2.2 MB policy the API took: one window's days repeated.
         (
             {"blackout": [{"start": "02:00", "end": "04:00", "days": ["mon"] * 300_000}]},
-            "bytes of JSON; at most 16384 are allowed",
+            "bytes of JSON; at most 20480 are allowed",
         ),
         (
             {"blackout": [{"start": "02:00", "end": "04:00", "days": ["mon", "tue", "mon"]}]},
             "window 1: days is a list of mon, tue, wed, thu, fri, sat, sun, each at most once.",
         ),
-        ({f"key{n}": n for n in range(2_000)}, "bytes of JSON; at most 16384 are allowed"),
+        ({f"key{n}": n for n in range(2_000)}, "bytes of JSON; at most 20480 are allowed"),
     ],
 )
 def test_a_policy_over_a_bound_is_refused_in_words(policy: dict[str, Any], words: str) -> None:

@@ -12,6 +12,7 @@ from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import timedelta
+from itertools import pairwise
 from pathlib import Path
 
 import pytest
@@ -290,3 +291,42 @@ def test_a_thousand_endpoints_on_one_cron_instant_spread_over_the_jitter_once_ea
     for endpoint in endpoints:
         slot = nexts[endpoint.pk] - offsets[endpoint.pk]
         assert slot > instant and slot.second == slot.microsecond == 0, (endpoint.pk, slot)
+
+
+def test_overlap_skip_records_the_slots_due_in_flight_and_never_calls_them(
+    fleet, job, make_endpoint, target
+):
+    """Issue 34: a 1 s endpoint whose call takes 2.5 s under ``overlap: skip``."""
+    policy_job(job, overlap="skip")
+    target.reply("/slow", delay=2.5)
+    endpoint = make_endpoint(
+        url=target.url("/slow"), baseline_interval_ms=1_000, next_run_at=timezone.now()
+    )
+
+    assert wait_until(lambda: len(target.hits("/slow")) >= 3, timeout=60), fleet.tail()
+    Job.objects.filter(pk=job.pk).update(status=JobStatus.PAUSED)
+    assert wait_until(
+        lambda: not Run.objects.filter(endpoint=endpoint, status=RunStatus.RUNNING).exists(),
+        timeout=30,
+    ), fleet.tail()
+
+    every = runs(endpoint)
+    called = [run for run in every if run.status != RunStatus.SKIPPED]
+    skipped = [run for run in every if run.status == RunStatus.SKIPPED]
+    hits = target.hits("/slow")
+    # Counted at the target: one call per run that was not skipped, none of a skipped one.
+    assert len(hits) == len(called) >= 3
+    assert {hit.headers["X-Cronicorn-Run-Id"] for hit in hits} == {str(r.pk) for r in called}
+    assert len(skipped) >= 2 * (len(called) - 1)  # ~2 slots pass during each 2.5 s call
+    assert all("overlap: skip" in run.error and "still in flight" in run.error for run in skipped)
+    # One call in flight at a time, and each slot at most once.
+    spans = sorted((hit.at, hit.finished) for hit in hits)
+    assert all(end is not None and end <= start for (_, end), (start, _) in pairwise(spans))
+    slots = [run.scheduled_for for run in every if run.trigger == RunTrigger.SCHEDULED]
+    assert len(slots) == len(set(slots))
+    # Every skipped slot lies inside the call before it.
+    for run in skipped:
+        before = max(
+            (c for c in called if c.started_at <= run.scheduled_for), key=lambda c: c.started_at
+        )
+        assert before.started_at < run.scheduled_for <= before.finished_at

@@ -170,6 +170,20 @@
         return json.ok && (json.value === null || typeof json.value !== "object") ? json.value : text;
       },
     },
+    json: {
+      // The key's JSON as typed; text that is no JSON is sent as it is, so the one
+      // validation path says what is wrong with it, beside this field.
+      show: function (node, value) {
+        valueInput(node).value = JSON.stringify(value);
+        return true;
+      },
+      read: function (node) {
+        var text = valueInput(node).value.trim();
+        if (!text) return undefined;
+        var json = parsed(text);
+        return json.ok ? json.value : text;
+      },
+    },
     count: {
       show: function (node, value) {
         if (value === null && nullBox(node)) return (nullBox(node).checked = true);
