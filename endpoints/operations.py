@@ -274,6 +274,7 @@ TRIGGER_WORDS = {
     RunTrigger.MANUAL: "a manual run",
     RunTrigger.TEST: "a test",
     RunTrigger.RETRY: "a retry",
+    RunTrigger.BACKFILL: "a backfill run",
 }
 
 
