@@ -27,6 +27,7 @@ from api.errors import PROBLEM_TYPE, InvalidInput, problem_for
 from api.openapi import complete
 from api.routers import (
     alert_rules,
+    backfills,
     channels,
     endpoints,
     health,
@@ -76,7 +77,7 @@ api = CronicornAPI(
     urls_namespace="api",
     docs_decorator=signed_in,
 )
-for module in (jobs, endpoints, runs, history, health, tenants, channels, alert_rules):
+for module in (jobs, endpoints, runs, history, health, tenants, channels, alert_rules, backfills):
     api.add_router("/", module.router)
 
 
