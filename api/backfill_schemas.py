@@ -30,9 +30,7 @@ class BackfillIn(Input):
     endpoint_id: Id | None = Field(None, description="The endpoint to backfill.")
     job_id: Id | None = Field(None, description="Or every endpoint of this job.")
     range_from: IsoTime = Field(description="The range's first instant (ISO 8601).")
-    range_to: IsoTime = Field(
-        description="The range's end, excluded (ISO 8601), at or before now."
-    )
+    range_to: IsoTime = Field(description="The range's end, excluded (ISO 8601), at or before now.")
     rate: float = Field(
         DEFAULT_RATE, description=f"Runs started a second, more than 0, at most {MAX_RATE:g}."
     )

@@ -200,6 +200,7 @@ def _start_slots(
         pk: runs_of_slots(pk, [at for _s, e, at in pending if e == pk]) for pk in endpoint_ids
     }
     starting: list[Starting] = []
+    skipped: dict[str, list[int]] = {}
     for slot_id, endpoint_id, at in pending:
         endpoint = endpoints.get(endpoint_id)
         runs = history[endpoint_id].get(at)
@@ -208,15 +209,21 @@ def _start_slots(
             assert endpoint is not None
             start = first + timedelta(seconds=len(starting) / rate)
             run = _insert_run(endpoint, at, start, attempt=(runs.backfills if runs else 0) + 1)
-            if run is None:
-                note = "another backfill ran it"
-            else:
+            if run is not None:
                 starting.append(Starting(slot_id, run, start))
-                BackfillSlot.objects.filter(pk=slot_id).update(
-                    state=BackfillSlotState.STARTED, run_id=run.pk
-                )
                 continue
-        BackfillSlot.objects.filter(pk=slot_id).update(state=BackfillSlotState.SKIPPED, note=note)
+            note = "another backfill ran it"
+        skipped.setdefault(note, []).append(slot_id)
+    # A statement per kind of change, not per slot.
+    BackfillSlot.objects.bulk_update(
+        [
+            BackfillSlot(pk=s.slot_id, state=BackfillSlotState.STARTED, run_id=s.run.pk)
+            for s in starting
+        ],
+        ["state", "run_id"],
+    )
+    for note, ids in skipped.items():
+        BackfillSlot.objects.filter(pk__in=ids).update(state=BackfillSlotState.SKIPPED, note=note)
     return starting
 
 
@@ -419,11 +426,12 @@ def record_finished(batch: Sequence[Finished]) -> None:
     """The runs' outcomes and their slots' states, in one transaction."""
     with transaction.atomic():
         written = sql.finish_runs([(item.run.pk, item.columns) for item in batch])
+        by_state: dict[str, list[int]] = {}
         for item, ok in zip(batch, written, strict=True):
             if ok:
-                BackfillSlot.objects.filter(pk=item.slot_id).update(
-                    state=_state_of(item.columns["status"])
-                )
+                by_state.setdefault(_state_of(item.columns["status"]), []).append(item.slot_id)
+        for state, ids in by_state.items():
+            BackfillSlot.objects.filter(pk__in=ids).update(state=state)
     for item, ok in zip(batch, written, strict=True):
         if ok:
             item.run.started_at = item.columns["started_at"]

@@ -52,9 +52,7 @@ def test_a_backfill_on_celery_calls_the_38_slots_without_a_success_once_then_non
     assert len(target.hits("/nightly")) == 38
 
 
-def test_two_backfills_of_the_same_range_at_once_call_each_slot_once(
-    fleet, make_endpoint, target
-):
+def test_two_backfills_of_the_same_range_at_once_call_each_slot_once(fleet, make_endpoint, target):
     endpoint = make_endpoint(url=target.url("/twice"), baseline_cron=CRON)
     start, end = the_range()
     done = ran_successfully(endpoint, start)
