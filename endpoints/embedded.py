@@ -32,6 +32,7 @@ from endpoints.wording import duration_words
 logger = logging.getLogger("cronicorn.scheduler")
 
 PRUNE_EVERY_SECONDS = 3600.0
+BACKFILL_PASS_SECONDS = 0.25
 # The summary line: once a minute, when at least this many runs happened in it (fewer
 # are read line by line).
 SUMMARY_SECONDS = 60.0
@@ -130,7 +131,8 @@ class EmbeddedScheduler:
             timer.daemon = True
             timer.start()
         side_loops = [
-            (self.backfill_once, float(settings.CRONICORN_TICK_SECONDS), "backfill"),
+            # Small passes often, so a backfill's work comes in small pieces between runs.
+            (self.backfill_once, BACKFILL_PASS_SECONDS, "backfill"),
             (self.maintain_once, float(settings.CRONICORN_MAINTENANCE_SECONDS), "maintenance"),
             (self.plan_once, float(settings.CRONICORN_PLANNER_SECONDS), "planner"),
             (self.notify_once, settings.CRONICORN_NOTIFY_SECONDS, "notify"),

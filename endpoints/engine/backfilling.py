@@ -32,7 +32,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from django.conf import settings
-from django.db import IntegrityError, close_old_connections, connections, transaction
+from django.db import close_old_connections, connections, transaction
 from django.utils import timezone
 
 from endpoints.backfill_models import Backfill, BackfillSlot
@@ -41,7 +41,7 @@ from endpoints.engine import executor, metrics, sql
 from endpoints.engine.executor import HttpResult, NotSent, not_called
 from endpoints.engine.logs import log_event
 from endpoints.engine.outcomes import finish_columns
-from endpoints.engine.running import judged, request_for, statement_guard
+from endpoints.engine.running import judged, request_for
 from endpoints.engine.sql import ClaimedEndpoint
 from endpoints.governor import BASELINE_CRON, BASELINE_INTERVAL
 from endpoints.models import Endpoint, Run, Slot
@@ -199,21 +199,28 @@ def _start_slots(
     history = {
         pk: runs_of_slots(pk, [at for _s, e, at in pending if e == pk]) for pk in endpoint_ids
     }
-    starting: list[Starting] = []
+    chosen: list[tuple[int, dict[str, Any], datetime]] = []
     skipped: dict[str, list[int]] = {}
     for slot_id, endpoint_id, at in pending:
         endpoint = endpoints.get(endpoint_id)
         runs = history[endpoint_id].get(at)
         note = _not_runnable(endpoint, now) or slot_verdict(at, runs, live[endpoint_id])
-        if not note:
-            assert endpoint is not None
-            start = first + timedelta(seconds=len(starting) / rate)
-            run = _insert_run(endpoint, at, start, attempt=(runs.backfills if runs else 0) + 1)
-            if run is not None:
-                starting.append(Starting(slot_id, run, start))
-                continue
-            note = "another backfill ran it"
-        skipped.setdefault(note, []).append(slot_id)
+        if note:
+            skipped.setdefault(note, []).append(slot_id)
+            continue
+        assert endpoint is not None
+        start = first + timedelta(seconds=len(chosen) / rate)
+        attempt = (runs.backfills if runs else 0) + 1
+        chosen.append((slot_id, _run_fields(endpoint, at, start, attempt=attempt), start))
+    # One statement for the runs of the pass; a place another backfill's run holds
+    # (endpoints_run_one_backfill_per_slot) inserts nothing.
+    ids = sql.insert_runs([fields for _s, fields, _at in chosen]) if chosen else []
+    starting: list[Starting] = []
+    for (slot_id, fields, start), run_id in zip(chosen, ids, strict=True):
+        if run_id is None:
+            skipped.setdefault("another backfill ran it", []).append(slot_id)
+        else:
+            starting.append(Starting(slot_id, Run(pk=run_id, **fields), start))
     # A statement per kind of change, not per slot.
     BackfillSlot.objects.bulk_update(
         [
@@ -239,15 +246,14 @@ def _not_runnable(endpoint: ClaimedEndpoint | None, now: datetime) -> str:
     return ""
 
 
-def _insert_run(
+def _run_fields(
     endpoint: ClaimedEndpoint, at: datetime, start: datetime, *, attempt: int
-) -> Run | None:
-    """The slot's backfill Run, or None when another backfill's took this attempt first
-    (``endpoints_run_one_backfill_per_slot``)."""
+) -> dict[str, Any]:
+    """The columns of the slot's backfill Run as it starts."""
     lease = timedelta(
         milliseconds=endpoint.timeout_ms, seconds=settings.CRONICORN_LEASE_SECONDS * 2
     )
-    fields: dict[str, Any] = {
+    return {
         "endpoint_id": endpoint.pk,
         "trigger": RunTrigger.BACKFILL,
         "source": BASELINE_CRON if endpoint.baseline_cron else BASELINE_INTERVAL,
@@ -263,11 +269,6 @@ def _insert_run(
         "response_truncated": False,
         "error": "",
     }
-    try:
-        with statement_guard():
-            return Run(pk=sql.insert_run(fields), **fields)
-    except IntegrityError:
-        return None
 
 
 def _settle(backfill: Backfill, now: datetime) -> None:
