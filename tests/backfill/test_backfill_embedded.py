@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from endpoints.backfill import backfill_progress, start_backfill
+from endpoints.backfill import backfill_progress, cancel_backfill, start_backfill
 from endpoints.models import Endpoint, Run, RunTrigger, Slot
 from tests.backfill.slots import (
     CRON,
@@ -64,3 +64,22 @@ def test_a_backfill_calls_each_slot_without_a_successful_run_once_with_its_time(
     run_until(scheduler, lambda: ended(again), timeout=5)
     assert len(target.hits("/report")) == 38
     assert Run.objects.filter(endpoint=endpoint, trigger=RunTrigger.BACKFILL).count() == 38
+
+
+def test_a_cancelled_backfill_starts_no_more_runs_and_keeps_what_it_ran(
+    scheduler, make_endpoint, target
+):
+    endpoint = make_endpoint(url=target.url("/slow-report"), baseline_cron=CRON)
+    start, end = the_range()
+    backfill = start_backfill(endpoint=endpoint, start=start, end=end, rate=2)
+    assert run_until(scheduler, lambda: len(target.hits("/slow-report")) >= 2, timeout=20)
+
+    cancel_backfill(backfill)
+    called = len(target.hits("/slow-report"))
+    for _ in range(10):
+        scheduler.backfill_once()
+        time.sleep(0.2)
+    # At most the runs already handed to the event loop (their starts paced ahead).
+    assert len(target.hits("/slow-report")) <= called + 3
+    progress = backfill_progress(backfill)
+    assert progress["status"] == "cancelled" and progress["pending"] > 30
