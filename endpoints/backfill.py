@@ -334,8 +334,16 @@ def backfill_progress(backfill: Backfill) -> BackfillProgress:
     counts = BackfillSlot.objects.filter(backfill=backfill).aggregate(
         **{state.value: Count("pk", filter=Q(state=state.value)) for state in BackfillSlotState}
     )
-    endpoint = Endpoint.objects.filter(pk=backfill.endpoint_id).select_related("job").first()
-    job = Job.objects.filter(pk=backfill.job_id).values_list("name", flat=True).first()
+    endpoint = (
+        Endpoint.objects.filter(pk=backfill.endpoint_id).select_related("job").first()
+        if backfill.endpoint_id is not None
+        else None
+    )
+    job = (
+        Job.objects.filter(pk=backfill.job_id).values_list("name", flat=True).first()
+        if backfill.job_id is not None
+        else None
+    )
     return {
         "id": backfill.pk,
         "endpoint": endpoint.ref if endpoint is not None else None,

@@ -62,16 +62,22 @@ def start(principal: Principal, payload: BackfillIn) -> dict[str, Any]:
     slots; the range must end at or before now. Give endpoint_id or job_id."""
     if (payload.endpoint_id is None) == (payload.job_id is None):
         raise InvalidInput({"endpoint_id": ["Give exactly one of endpoint_id or job_id."]})
-    target: dict[str, Any] = (
-        {"endpoint": scoped_endpoint(principal, payload.endpoint_id)}
-        if payload.endpoint_id is not None
-        else {"job": scoped_job(principal, payload.job_id)}
-    )
+    endpoint = scoped_endpoint(principal, payload.endpoint_id) if payload.endpoint_id else None
+    job = scoped_job(principal, payload.job_id) if payload.job_id else None
     now = timezone.now()
-    span = {"start": payload.range_from, "end": payload.range_to, "rate": payload.rate}
+    start, end, rate = payload.range_from, payload.range_to, payload.rate
     if payload.dry_run:
-        return dry_run_out(plan_backfill(**target, **span, now=now))
-    backfill = start_backfill(**target, **span, requested_by=requester(principal), now=now)
+        plan = plan_backfill(endpoint=endpoint, job=job, start=start, end=end, rate=rate, now=now)
+        return dry_run_out(plan)
+    backfill = start_backfill(
+        endpoint=endpoint,
+        job=job,
+        start=start,
+        end=end,
+        rate=rate,
+        requested_by=requester(principal),
+        now=now,
+    )
     return dict(backfill_progress(backfill))
 
 

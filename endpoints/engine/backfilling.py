@@ -20,6 +20,7 @@ docs/DESIGN.md, "Backfill".
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
 import queue
@@ -229,8 +230,10 @@ def _start_slots(
         ],
         ["state", "run_id"],
     )
-    for note, ids in skipped.items():
-        BackfillSlot.objects.filter(pk__in=ids).update(state=BackfillSlotState.SKIPPED, note=note)
+    for note, slot_ids in skipped.items():
+        BackfillSlot.objects.filter(pk__in=slot_ids).update(
+            state=BackfillSlotState.SKIPPED, note=note
+        )
     return starting
 
 
@@ -355,12 +358,10 @@ class BackfillRunner:
             )
             with self._lock:
                 self._in_flight.add(future)
-            future.add_done_callback(
-                lambda f, each=each, endpoint=endpoint: self._on_done(f, each, endpoint)
-            )
+            future.add_done_callback(functools.partial(self._on_done, each=each, endpoint=endpoint))
 
     def _on_done(
-        self, future: Future[HttpResult], each: Starting, endpoint: ClaimedEndpoint
+        self, future: Future[HttpResult], *, each: Starting, endpoint: ClaimedEndpoint
     ) -> None:
         try:
             result = future.result()
