@@ -3,6 +3,17 @@
 import django.db.models.deletion
 from django.db import migrations, models
 
+from endpoints.migrations._cascade import cascading
+
+# The backfills' rows go with their endpoint, job and backfill in the database too
+# (PostgreSQL): why in ``_cascade``.
+KEYS = [
+    ("endpoints_backfill", "endpoint_id", "endpoints_endpoint"),
+    ("endpoints_backfill", "job_id", "endpoints_job"),
+    ("endpoints_backfillslot", "endpoint_id", "endpoints_endpoint"),
+    ("endpoints_backfillslot", "backfill_id", "endpoints_backfill"),
+]
+
 
 class Migration(migrations.Migration):
 
@@ -112,4 +123,5 @@ class Migration(migrations.Migration):
             model_name='backfillslot',
             constraint=models.UniqueConstraint(fields=('backfill', 'endpoint', 'scheduled_for'), name='endpoints_backfillslot_once'),
         ),
+        cascading(KEYS),
     ]

@@ -109,3 +109,16 @@ def test_a_job_backfill_holds_the_slots_of_each_of_its_endpoints(job, make_endpo
     assert [s.scheduled_for.strftime("%H:%M") for s in plan.slots] == [
         "00:00", "00:30", "01:00", "01:30", "02:00", "02:30"
     ]  # fmt: skip
+
+
+def test_an_endpoint_deleted_for_good_takes_its_backfills_and_their_slots(make_endpoint):
+    from endpoints.backfill import start_backfill
+    from endpoints.backfill_models import Backfill, BackfillSlot
+    from endpoints.operations import delete_for_good
+
+    endpoint = make_endpoint(baseline_cron=CRON)
+    start, end = the_range()
+    start_backfill(endpoint=endpoint, start=start, end=end)
+    assert BackfillSlot.objects.count() == 48
+    assert delete_for_good(Endpoint.objects.filter(pk=endpoint.pk)) == 1
+    assert not Backfill.objects.exists() and not BackfillSlot.objects.exists()
