@@ -55,6 +55,12 @@ HORIZON = timedelta(seconds=1.5)
 # Most slots one backfill starts in a pass, and most backfills a pass serves.
 BATCH = 500
 BACKFILLS_PER_PASS = 20
+# The live schedule comes first: while the scheduled runs that started in the last
+# ``LIVE_SPAN`` were late by more than ``LIVE_LATE_MS`` at their p95, a pass starts one
+# slot per backfill (a trickle, so a backfill always moves on), whatever its rate.
+LIVE_SPAN = timedelta(seconds=2)
+LIVE_LATE_MS = 50.0
+LIVE_SAMPLE = 2000
 ACTIVE = (BackfillStatus.QUEUED, BackfillStatus.RUNNING)
 # The outcomes that finish together are written together, after at most this wait.
 WRITE_LINGER = 0.02
@@ -157,7 +163,20 @@ class Starting:
     at: datetime
 
 
-def claim_backfill_slots(backfill_id: int, *, now: datetime) -> list[Starting]:
+def live_is_late(now: datetime) -> bool:
+    """Whether the live schedule is behind: the p95 start lateness of the scheduled runs
+    started in the last ``LIVE_SPAN`` over ``LIVE_LATE_MS`` (served by
+    ``endpoints_run_started``)."""
+    late = sorted(
+        (started - scheduled).total_seconds() * 1000
+        for started, scheduled in Run.objects.filter(
+            trigger=RunTrigger.SCHEDULED, started_at__gte=now - LIVE_SPAN, started_at__lt=now
+        ).values_list("started_at", "scheduled_for")[:LIVE_SAMPLE]
+    )
+    return bool(late) and late[int(0.95 * (len(late) - 1))] > LIVE_LATE_MS
+
+
+def claim_backfill_slots(backfill_id: int, *, now: datetime, most: int = BATCH) -> list[Starting]:
     """The next slots of one backfill, decided and their Runs recorded, in one short
     transaction; [] when it is not due (its pace), not running, or taken by another loop
     (whose pass it is). A backfill with nothing left to start is settled (``done``)."""
@@ -173,7 +192,7 @@ def claim_backfill_slots(backfill_id: int, *, now: datetime) -> list[Starting]:
         room = (now + HORIZON - first).total_seconds()
         if room <= 0:
             return []
-        wanted = min(BATCH, max(1, math.ceil(room * backfill.rate)))
+        wanted = min(most, max(1, math.ceil(room * backfill.rate)))
         pending = list(
             BackfillSlot.objects.filter(backfill=backfill, state=BackfillSlotState.PENDING)
             .order_by("scheduled_for", "endpoint_id")
@@ -332,8 +351,9 @@ class BackfillRunner:
             .values_list("pk", flat=True)[:BACKFILLS_PER_PASS]
         )
         started = 0
+        most = 1 if due and live_is_late(now) else BATCH
         for backfill_id in due:
-            starting = claim_backfill_slots(backfill_id, now=now)
+            starting = claim_backfill_slots(backfill_id, now=now, most=most)
             self._send(starting)
             started += len(starting)
         return started

@@ -122,3 +122,29 @@ def test_an_endpoint_deleted_for_good_takes_its_backfills_and_their_slots(make_e
     assert BackfillSlot.objects.count() == 48
     assert delete_for_good(Endpoint.objects.filter(pk=endpoint.pk)) == 1
     assert not Backfill.objects.exists() and not BackfillSlot.objects.exists()
+
+
+def test_while_the_live_schedule_is_late_a_pass_starts_one_slot_of_a_backfill(make_endpoint):
+    from django.utils import timezone
+
+    from endpoints.backfill import backfill_progress, start_backfill
+    from endpoints.engine.backfilling import claim_backfill_slots, live_is_late
+
+    live = make_endpoint(baseline_interval_ms=1000)
+    now = timezone.now()
+    for k in range(20):  # started 200 ms after their slots, within the last second
+        started = now - timedelta(milliseconds=50 * k + 10)
+        Run.objects.create(
+            endpoint=live,
+            scheduled_for=started - timedelta(milliseconds=200),
+            started_at=started,
+            status=RunStatus.SUCCESS,
+        )
+    assert live_is_late(now)
+    endpoint = make_endpoint(baseline_cron=CRON)
+    start, end = the_range()
+    backfill = start_backfill(endpoint=endpoint, start=start, end=end, rate=100)
+    assert len(claim_backfill_slots(backfill.pk, now=now, most=1)) == 1
+    assert backfill_progress(backfill)["started"] == 1
+    Run.objects.filter(endpoint=live).delete()
+    assert not live_is_late(now)
