@@ -28,6 +28,7 @@ from api.openapi import complete
 from api.routers import (
     alert_rules,
     audit,
+    backfills,
     channels,
     config,
     endpoints,
@@ -89,6 +90,7 @@ for module in (
     alert_rules,
     config,
     audit,
+    backfills,
 ):
     api.add_router("/", module.router)
 

@@ -492,6 +492,7 @@ LOGGING = {
 CELERY_TASK_ROUTES = {
     "cronicorn.tick": {"queue": "tick"},
     "cronicorn.execute": {"queue": "execute"},
+    "cronicorn.backfill_cycle": {"queue": "execute"},
     "cronicorn.sweep_zombies": {"queue": "maintenance"},
     "cronicorn.prune_runs": {"queue": "maintenance"},
     "cronicorn.plan_cycle": {"queue": "planner"},
@@ -509,6 +510,12 @@ CELERY_BEAT_SCHEDULE = {
     # A tick that is not taken within its own period is worthless: the next one replaces it.
     "tick": {
         "task": "cronicorn.tick",
+        "schedule": CRONICORN_TICK_SECONDS,
+        "options": {"expires": CRONICORN_TICK_SECONDS},
+    },
+    # Backfills (endpoints.engine.backfilling): a pass per tick, worthless once the next comes.
+    "backfill-cycle": {
+        "task": "cronicorn.backfill_cycle",
         "schedule": CRONICORN_TICK_SECONDS,
         "options": {"expires": CRONICORN_TICK_SECONDS},
     },

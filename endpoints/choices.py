@@ -49,6 +49,23 @@ class RunTrigger(models.TextChoices):
     RETRY = "retry"
     # Run after a run of another endpoint (run policy ``follow_ups``), ``caused_by`` it.
     FOLLOW_UP = "follow-up"
+    # A past slot run again on request (``endpoints.backfill``), once per slot.
+    BACKFILL = "backfill"
+
+
+class BackfillStatus(models.TextChoices):
+    QUEUED = "queued"
+    RUNNING = "running"
+    DONE = "done"
+    CANCELLED = "cancelled"
+
+
+class BackfillSlotState(models.TextChoices):
+    PENDING = "pending"  # not claimed yet
+    STARTED = "started"  # its run is recorded and called
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    SKIPPED = "skipped"  # not run: the slot had a successful run, or the scheduler has it
 
 
 class RunStatus(models.TextChoices):

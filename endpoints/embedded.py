@@ -25,12 +25,14 @@ from django.utils.module_loading import import_string
 
 from endpoints import health
 from endpoints.engine import claiming, maintenance
+from endpoints.engine.backfilling import BackfillRunner
 from endpoints.engine.dispatch import ClaimDispatcher
 from endpoints.wording import duration_words
 
 logger = logging.getLogger("cronicorn.scheduler")
 
 PRUNE_EVERY_SECONDS = 3600.0
+BACKFILL_PASS_SECONDS = 0.25
 # The summary line: once a minute, when at least this many runs happened in it (fewer
 # are read line by line).
 SUMMARY_SECONDS = 60.0
@@ -57,6 +59,7 @@ class EmbeddedScheduler:
         notify_cycle: Callable[..., Any] | None = None,
     ) -> None:
         self.dispatcher = ClaimDispatcher(max_in_flight=max_in_flight)
+        self.backfills = BackfillRunner()
         self.plan_cycle = plan_cycle
         self.notify_cycle = notify_cycle
         self._last_prune = float("-inf")
@@ -70,6 +73,10 @@ class EmbeddedScheduler:
     def _submit_all(self, claims: list[claiming.Claim]) -> None:
         for claim in claims:
             self.dispatcher.submit(claim)
+
+    def backfill_once(self, *, now: datetime | None = None) -> int:
+        """One pass of the backfill loop; returns how many backfill runs it started."""
+        return self.backfills.run_once(now=now)
 
     def maintain_once(self, *, now: datetime | None = None) -> int:
         """Sweep zombies, and prune old runs once an hour; returns the runs marked lost."""
@@ -124,6 +131,8 @@ class EmbeddedScheduler:
             timer.daemon = True
             timer.start()
         side_loops = [
+            # Small passes often, so a backfill's work comes in small pieces between runs.
+            (self.backfill_once, BACKFILL_PASS_SECONDS, "backfill"),
             (self.maintain_once, float(settings.CRONICORN_MAINTENANCE_SECONDS), "maintenance"),
             (self.plan_once, float(settings.CRONICORN_PLANNER_SECONDS), "planner"),
             (self.notify_once, settings.CRONICORN_NOTIFY_SECONDS, "notify"),
@@ -150,7 +159,8 @@ class EmbeddedScheduler:
         if pending:
             claiming.release_claims(pending)
             logger.info("released %d claim(s) that had not started", len(pending))
-        return self.dispatcher.shutdown(timeout=timeout)
+        backfills_done = self.backfills.shutdown(timeout=timeout)
+        return self.dispatcher.shutdown(timeout=timeout) and backfills_done
 
 
 def _repeat(work: Callable[[], Any], every: float, stop: threading.Event, name: str) -> None:

@@ -663,6 +663,13 @@ class Run(models.Model):
                 condition=Q(trigger__in=["manual", "retry", "follow-up"]),
                 name="endpoints_run_one_per_attempt",
             ),
+            # A backfill runs a past slot once (endpoints.backfill): a second backfill of
+            # the slot is its next attempt, and only after the first failed.
+            models.UniqueConstraint(
+                fields=["endpoint", "scheduled_for", "attempt"],
+                condition=Q(trigger="backfill"),
+                name="endpoints_run_one_backfill_per_slot",
+            ),
             models.CheckConstraint(
                 condition=Q(attempt__gte=1), name="endpoints_run_attempt_positive"
             ),
@@ -783,3 +790,6 @@ class Flip(models.Model):
 
     def __str__(self) -> str:
         return f"{self.failures} failures of {self.endpoint_id} ended at {self.at:%H:%M:%S}"
+
+
+from endpoints.backfill_models import Backfill, BackfillSlot  # noqa: E402, F401 - one registry

@@ -312,6 +312,7 @@ TRIGGER_WORDS = {
     RunTrigger.TEST: "a test",
     RunTrigger.RETRY: "a retry",
     RunTrigger.FOLLOW_UP: "a follow-up",
+    RunTrigger.BACKFILL: "a backfill run",
 }
 
 

@@ -8,6 +8,9 @@
   renewed, one waiting for a Celery thread would not be, and under load its lease would
   expire and the slot be claimed again and again (measured: half the throughput).
 - ``cronicorn.sweep_zombies`` / ``cronicorn.prune_runs`` (queue ``maintenance``).
+- ``cronicorn.backfill_cycle`` (queue ``execute``, sent by beat every tick): one pass of
+  the backfill loop in this worker process (``engine.backfilling``): the next slots of the
+  running backfills, at their rates, through the process's HTTP event loop.
 
 Why chunks: a Celery message costs about 2.5 ms of CPU end to end here, so one message
 per run would cap the fleet near 500 runs/s. Claims due within the same short window
@@ -45,6 +48,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from endpoints.engine import claiming, executor, maintenance
+from endpoints.engine.backfilling import BackfillRunner
 from endpoints.engine.claiming import Claim
 from endpoints.engine.dispatch import ClaimDispatcher, freeze_startup_heap
 
@@ -62,6 +66,7 @@ BROKER_RETRY = {"max_retries": 3, "interval_start": 0, "interval_step": 0.2, "in
 
 _dispatcher: ClaimDispatcher | None = None
 _dispatcher_lock = threading.Lock()
+_backfills: BackfillRunner | None = None
 
 
 def dispatcher() -> ClaimDispatcher:
@@ -71,6 +76,15 @@ def dispatcher() -> ClaimDispatcher:
         if _dispatcher is None:
             _dispatcher = ClaimDispatcher(max_in_flight=settings.CRONICORN_MAX_IN_FLIGHT)
         return _dispatcher
+
+
+def backfill_runner() -> BackfillRunner:
+    """This process's backfill loop, created on first use (after any fork)."""
+    global _backfills
+    with _dispatcher_lock:
+        if _backfills is None:
+            _backfills = BackfillRunner()
+        return _backfills
 
 
 def group_claims(claims: Sequence[Claim]) -> list[list[Claim]]:
@@ -139,6 +153,14 @@ def execute(payloads: list[dict[str, Any]]) -> int:
     return len(claims)
 
 
+@shared_task(name="cronicorn.backfill_cycle", ignore_result=True, soft_time_limit=30, time_limit=60)
+def backfill_cycle() -> int:
+    """One pass of the backfill loop; returns how many backfill runs it started. Its
+    requests go on in this process after the task returns, and their outcomes are
+    written by its writer thread."""
+    return backfill_runner().run_once()
+
+
 @worker_init.connect
 def prepare_worker(**_: Any) -> None:
     """Before the first task (and before a prefork pool forks): the HTTP client's TLS
@@ -162,9 +184,14 @@ def stop_dispatcher(**_: Any) -> None:
     """A worker stopping (warm shutdown) gives back the claims it has not started and
     waits, up to ``CRONICORN_SHUTDOWN_TIMEOUT_SECONDS``, for its runs in flight, as
     ``runscheduler`` does. A killed worker does nothing here: its leases expire."""
-    global _dispatcher
+    global _dispatcher, _backfills
     with _dispatcher_lock:
         current, _dispatcher = _dispatcher, None
+        backfills, _backfills = _backfills, None
+    if backfills is not None and not backfills.shutdown(
+        timeout=settings.CRONICORN_SHUTDOWN_TIMEOUT_SECONDS
+    ):
+        logger.warning("stopped with backfill runs still in flight; the sweep marks them lost")
     if current is None:
         return
     pending = current.drain_pending()

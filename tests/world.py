@@ -25,6 +25,8 @@ from django.utils import timezone
 import api.main  # noqa: F401 - registers every operation
 from api.models import ApiKey, Scope
 from api.operations import OPERATIONS, Operation
+from endpoints.backfill_models import Backfill
+from endpoints.choices import BackfillStatus
 from endpoints.models import Endpoint, HintHistory, Job, Run, RunStatus, Tenant
 from notifications.models import AlertRule, Channel
 from planner.models import AnalysisSession
@@ -54,6 +56,7 @@ class TenantWorld:
     session: AnalysisSession
     channel: Any = None  # an alert channel, made by tests/world.py
     rule: Any = None  # an alert rule of the job, made by tests/world.py
+    backfill: Any = None  # a finished backfill of the endpoint
 
 
 @dataclass
@@ -150,7 +153,17 @@ def _tenant_world(name: str, job_name: str, endpoint_name: str, member: Any) -> 
         created_at=now - timedelta(minutes=5),
         session=session,
     )
-    return TenantWorld(tenant, job, endpoint, run, hint, session)
+    backfill = Backfill.objects.create(
+        endpoint=endpoint,
+        range_from=now - timedelta(hours=2),
+        range_to=now - timedelta(hours=1),
+        rate=5,
+        status=BackfillStatus.DONE,
+        created_at=now,
+        finished_at=now,
+        paced_until=now,
+    )
+    return TenantWorld(tenant, job, endpoint, run, hint, session, backfill=backfill)
 
 
 def build_world() -> World:
@@ -254,6 +267,7 @@ def ids_of(side: TenantWorld) -> dict[str, int]:
         "tenant_id": side.tenant.pk,
         "channel_id": side.channel.pk,
         "rule_id": side.rule.pk,
+        "backfill_id": side.backfill.pk,
     }
 
 
@@ -287,6 +301,12 @@ def sample_body(op: Operation, side: TenantWorld) -> dict[str, Any] | None:
             "text": f"version: 1\ntenants:\n  - name: {side.tenant.name}\n",
             "dry_run": True,
         },
+        "start_backfill": {
+            "endpoint_id": side.endpoint.pk,
+            "range_from": (timezone.now() - timedelta(hours=2)).isoformat(timespec="seconds"),
+            "range_to": (timezone.now() - timedelta(hours=1)).isoformat(timespec="seconds"),
+            "dry_run": True,
+        },
     }
     return bodies.get(op.name)
 
@@ -315,5 +335,6 @@ def names_objects(op: Operation) -> bool:
         "list_endpoints",
         "set_alert_rule",
         "import_config",
+        "start_backfill",
     )
     return "{" in op.path or op.name in named

@@ -63,6 +63,22 @@ class Outcome:
     overlapped: list[Plan] = field(default_factory=list)
 
 
+def finish_columns(result: HttpResult, *, started: datetime, finished: datetime) -> dict[str, Any]:
+    """A finished Run's outcome columns (every run's: scheduled, manual, retry, backfill)."""
+    return {
+        "status": RESULT_STATUS.get(result.status, RunStatus.FAILURE),
+        "started_at": started,
+        "finished_at": finished,
+        "duration_ms": max(int(result.duration_ms), 0),
+        "status_code": result.status_code,
+        "response_body": result.body,
+        "response_truncated": result.truncated,
+        "response_size_bytes": result.size_bytes,
+        "response_headers": result.headers or None,
+        "error": result.error or "",
+    }
+
+
 def reschedule(outcome: Outcome, endpoint: ClaimedEndpoint) -> bool:
     """DESIGN step 4 in one conditional update on our claim token, which releases the lease.
 

@@ -49,6 +49,7 @@ from endpoints.engine.outcomes import (
     RESULT_STATUS,
     Outcome,
     after_reschedule,
+    finish_columns,
     next_state,
     reschedule,
     reschedule_after_conflict,
@@ -708,19 +709,7 @@ def slot_identity(run: Run) -> tuple[str, str, str, str]:
 
 def _finish_values(outcome: Outcome) -> dict[str, Any]:
     """The Run's outcome columns."""
-    result = outcome.result
-    return {
-        "status": RESULT_STATUS.get(result.status, RunStatus.FAILURE),
-        "started_at": outcome.started,
-        "finished_at": outcome.finished,
-        "duration_ms": max(int(result.duration_ms), 0),
-        "status_code": result.status_code,
-        "response_body": result.body,
-        "response_truncated": result.truncated,
-        "response_size_bytes": result.size_bytes,
-        "response_headers": result.headers or None,
-        "error": result.error or "",
-    }
+    return finish_columns(outcome.result, started=outcome.started, finished=outcome.finished)
 
 
 def _log_finish(outcome: Outcome, updated: bool) -> None:

@@ -191,6 +191,24 @@ def insert_runs_of_slots(runs: Sequence[Mapping[str, Any]]) -> list[int | None]:
     return [inserted.get(run["endpoint_id"]) for run in runs]
 
 
+def insert_runs(runs: Sequence[Mapping[str, Any]]) -> list[int | None]:
+    """Insert several Runs (any endpoints, any slots) in one statement; for each, its id,
+    or None when a unique constraint already holds its place (another's run of that slot
+    and attempt). All with the same keys; (endpoint, slot, attempt) distinct among them."""
+    names = list(runs[0])
+    params = [_to_db(Run, name, run[name]) for run in runs for name in names]
+    sql = (
+        f"INSERT INTO endpoints_run ({', '.join(names)}) "  # noqa: S608 - names are our own
+        f"VALUES {', '.join([_placeholders(len(names))] * len(runs))}"
+        " ON CONFLICT DO NOTHING RETURNING id, endpoint_id, scheduled_for, attempt"
+    )
+    inserted = {
+        (endpoint_id, _from_db(Run, "scheduled_for", at), attempt): run_id
+        for run_id, endpoint_id, at, attempt in fetch(sql, params, prepare=False)
+    }
+    return [inserted.get((r["endpoint_id"], r["scheduled_for"], r["attempt"])) for r in runs]
+
+
 @cache
 def _array_type(name: str, model: type[Model] = Run) -> str:
     field = model._meta.get_field(name.removesuffix("_id") if name.endswith("_id") else name)
