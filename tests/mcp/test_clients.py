@@ -107,6 +107,13 @@ def valid_steps(world: ApiWorld, target_url: str) -> list[Step]:
         ("test_endpoint", endpoint, None),
         ("reset_failures", endpoint, None),
         ("preview_runs", lambda s: {**endpoint(s), "count": 3}, None),
+        (
+            "preview_change",
+            lambda s: {**endpoint(s), "baseline_interval_ms": 120_000, "count": 3},
+            None,
+        ),
+        ("list_audit", lambda s: {"object": f"endpoint:{s['endpoint']}", "limit": 5}, None),
+        ("explain_slot", lambda s: {**endpoint(s), "at": "2026-01-01T00:00:00Z"}, None),
         ("run_job_now", job, None),
         ("endpoint_health", endpoint, None),
         ("list_endpoint_runs", lambda s: {**endpoint(s), "status": "success"}, None),
