@@ -28,6 +28,7 @@ PARAMETERS: dict[str, dict[str, Any]] = {
     "tenant_id": {"description": "The tenant's id (see list_tenants).", **ID_BOUNDS},
     "channel_id": {"description": "The alert channel's id (see list_channels).", **ID_BOUNDS},
     "rule_id": {"description": "The alert rule's id (see list_alert_rules).", **ID_BOUNDS},
+    "backfill_id": {"description": "The backfill's id (see start_backfill).", **ID_BOUNDS},
     "cursor": {
         "description": "next_cursor from the previous page, unchanged; omit for the first page.",
         "max_length": MAX_CURSOR_CHARS,

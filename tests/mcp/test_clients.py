@@ -114,6 +114,17 @@ def valid_steps(world: ApiWorld, target_url: str) -> list[Step]:
         ),
         ("list_audit", lambda s: {"object": f"endpoint:{s['endpoint']}", "limit": 5}, None),
         ("explain_slot", lambda s: {**endpoint(s), "at": "2026-01-01T00:00:00Z"}, None),
+        (
+            "start_backfill",
+            lambda s: {
+                **endpoint(s),
+                "range_from": "2026-01-01T00:00:00Z",
+                "range_to": "2026-01-01T01:00:00Z",
+            },
+            "backfill",
+        ),
+        ("get_backfill", lambda s: {"backfill_id": s["backfill"]}, None),
+        ("cancel_backfill", lambda s: {"backfill_id": s["backfill"]}, None),
         ("run_job_now", job, None),
         ("endpoint_health", endpoint, None),
         ("list_endpoint_runs", lambda s: {**endpoint(s), "status": "success"}, None),
