@@ -1,6 +1,8 @@
 """The Celery fleet of the backfill scenarios: beat, a worker on the tick and maintenance
 queues and a threads worker on the execute queue (which runs the backfill loop), over
-Redis and PostgreSQL, sharing the test database; started once for the folder."""
+Redis and PostgreSQL, sharing the test database; started once for the folder and
+stopped after its last test (package scope): a fleet left running would tick the test
+database under every later test of the worker, claiming and calling their endpoints."""
 
 from __future__ import annotations
 
@@ -36,7 +38,7 @@ class Fleet:
         )
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def celery_fleet(
     django_db_setup: None, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Fleet]:
