@@ -146,7 +146,11 @@ def _holiday_names(country: str, subdivision: str, year: int) -> dict[date, str]
     """A country's public holidays of one year (the package's default category)."""
     import holidays
 
-    found = holidays.country_holidays(country, subdiv=subdivision or None, years=year)
+    # Names in English whatever the process's locale (the country's own language, or the
+    # locale, would pick one per machine: "Erster Weihnachtstag" for "Christmas Day").
+    found = holidays.country_holidays(
+        country, subdiv=subdivision or None, years=year, language="en_US"
+    )
     return {day: str(name) for day, name in found.items()}
 
 
