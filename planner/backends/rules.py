@@ -9,10 +9,11 @@ The rules, first match wins:
    (attempts left), no pause: what a person configured wins, and the retry waits for
    the answer's Retry-After itself. Otherwise pause until its Retry-After (the response
    header, else body keys ``retry_after``, ``retry_after_seconds``, ``retryAfter``;
-   seconds or a time), never longer than an hour. Without one, 5 minutes, doubled for
-   each rate-limited answer in a row before it (5, 10, 20, 40, 60 min), and no pause
-   when the next run (the failure backoff) already comes after that: a pause would
-   bring it forward.
+   seconds or a time), never longer than an hour. Without one, a 429 15 minutes (a
+   rate limit's window), a 503 5 minutes (an overload, whose end is worth seeing soon),
+   doubled for each rate-limited answer in a row before it (15, 30, 60 min; 5, 10, 20,
+   40, 60 min), and no pause when the next run (the failure backoff) already comes
+   after that: a pause would bring it forward.
 2. A pause the planner wrote is still on but the endpoint no longer rate-limits: resume.
 3. The latest run failed otherwise: leave it to the baseline's failure backoff (and
    clear a planner interval hint, which would override that backoff).
@@ -54,7 +55,11 @@ from planner.tools import (
 HISTORY = 10
 RATE_LIMIT_CODES = (429, 503)
 RETRY_AFTER_KEYS = ("retry_after", "retry_after_seconds", "retryAfter", "Retry-After")
-DEFAULT_RATE_LIMIT_PAUSE = timedelta(minutes=5)
+# Without a Retry-After the first pause is the length a limit of that kind commonly
+# lasts: a 429 is a rate limit, whose windows are minutes to an hour (GitHub's hour,
+# X's 15 minutes), so probing it every 5 minutes only collects more 429s; a 503 is an
+# overload or an outage, which may end in a minute and whose recovery is worth seeing.
+FIRST_PAUSE_WITHOUT_RETRY_AFTER = {429: timedelta(minutes=15), 503: timedelta(minutes=5)}
 MAX_RATE_LIMIT_PAUSE = timedelta(hours=1)
 ERROR_RATE_WARNING_PCT = 5.0
 ERROR_RATE_CRITICAL_PCT = 10.0
@@ -143,7 +148,11 @@ def _rate_limited(data: RulesInput, latest: Observation) -> Verdict:
             "the planner does not pause over it (the retry waits for a Retry-After itself)."
         )
     wait, source = retry_after(
-        latest.headers, latest.body, latest.at, streak=rate_limited_streak(data.observations)
+        latest.headers,
+        latest.body,
+        latest.at,
+        code=latest.status_code,
+        streak=rate_limited_streak(data.observations),
     )
     capped = min(wait, MAX_RATE_LIMIT_PAUSE)
     until = latest.at + capped
@@ -183,16 +192,18 @@ def _failing(data: RulesInput, latest: Observation) -> Verdict:
 
 
 def retry_after(
-    headers: Mapping[str, str], body: Any, at: datetime, *, streak: int = 1
+    headers: Mapping[str, str], body: Any, at: datetime, *, code: int, streak: int = 1
 ) -> tuple[timedelta, str]:
-    """How long a rate-limited answer asks us to wait, and where that came from: the
-    Retry-After header (RFC 9110: seconds or an HTTP date), else the body, else the
-    default backoff, doubled for each rate-limited answer in a row before it
-    (``streak``: 5, 10, 20, 40 min...; the caller caps it at an hour)."""
+    """How long a rate-limited answer (``code`` 429 or 503) asks us to wait, and where
+    that came from: the Retry-After header (RFC 9110: seconds or an HTTP date), else the
+    body, else the first pause of its code, doubled for each rate-limited answer in a row
+    before it (``streak``: a 429 15, 30, 60 min; a 503 5, 10, 20, 40, 60 min; the caller
+    caps it at an hour)."""
     given = given_wait(headers, body, at)
     if given is not None:
         return given
-    default = DEFAULT_RATE_LIMIT_PAUSE * 2 ** min(max(streak, 1) - 1, 5)
+    first = FIRST_PAUSE_WITHOUT_RETRY_AFTER.get(code, FIRST_PAUSE_WITHOUT_RETRY_AFTER[503])
+    default = first * 2 ** min(max(streak, 1) - 1, 5)
     in_a_row = f" ({streak} rate-limited answers in a row)" if streak > 1 else ""
     return default, f"without Retry-After: backing off {_seconds(default)}{in_a_row}"
 

@@ -108,8 +108,18 @@ def test_queue_depth_trends_read_newest_first(depths: tuple[int, ...], trend: st
     ],
 )
 def test_retry_after_comes_from_the_body_or_a_default(body: Any, seconds: int) -> None:
-    wait, _ = retry_after({}, body, NOW)
+    wait, _ = retry_after({}, body, NOW, code=503)
     assert wait == timedelta(seconds=seconds)
+
+
+def test_without_retry_after_a_429_waits_out_a_rate_limit_window_and_a_503_less() -> None:
+    limited, said = retry_after({}, {}, NOW, code=429)
+    unavailable, _ = retry_after({}, {}, NOW, code=503)
+    told, _ = retry_after({}, {"retry_after": 30}, NOW, code=429)
+
+    assert (limited, unavailable) == (timedelta(minutes=15), timedelta(minutes=5))
+    assert said == "without Retry-After: backing off 900 s"
+    assert told == timedelta(seconds=30)  # the answer's own wait wins whatever the code
 
 
 @pytest.mark.parametrize(
@@ -122,7 +132,7 @@ def test_retry_after_comes_from_the_body_or_a_default(body: Any, seconds: int) -
     ],
 )
 def test_the_retry_after_header_wins_over_the_body(header: str, seconds: int, source: str) -> None:
-    wait, said = retry_after({"retry-after": header}, {"retry_after": 30}, NOW)
+    wait, said = retry_after({"retry-after": header}, {"retry_after": 30}, NOW, code=429)
     assert wait == timedelta(seconds=seconds)
     assert f"({source})" in said
 
@@ -285,8 +295,8 @@ def test_once_the_retries_are_spent_a_503_without_retry_after_pauses_the_planner
 # The 503 rule (README "The planner"), branch by branch: while the run policy retries
 # the failure within its slot, no pause (above, and end to end below); after the
 # retries, or with none, the answer's Retry-After (header, else body), capped at an
-# hour (above); without one 5 minutes, doubled per rate-limited answer in a row, and
-# no pause when the failure backoff already comes later.
+# hour (above); without one 5 minutes (a 429: 15), doubled per rate-limited answer in
+# a row, and no pause when the failure backoff already comes later.
 
 
 def test_after_the_retries_a_503_pauses_until_its_retry_after_header() -> None:
@@ -304,11 +314,16 @@ def test_without_retry_after_the_pause_doubles_for_each_rate_limited_answer_in_a
         until = datetime.fromisoformat(verdict.arguments["untilIso"])
         return (until - NOW) / timedelta(minutes=1)
 
-    assert pause_minutes(429) == 5
-    assert pause_minutes(429, 200, 429) == 5
-    assert pause_minutes(429, 503) == 10
+    # The latest answer's code picks the first pause: a 429 15 min, a 503 5 min.
+    assert pause_minutes(429) == 15
+    assert pause_minutes(429, 200, 429) == 15
+    assert pause_minutes(429, 503) == 30
+    assert pause_minutes(429, 429, 429) == 60
+    assert pause_minutes(503) == 5
+    assert pause_minutes(503, 429) == 10
     assert pause_minutes(503, 429, 429, 429) == 40
     assert pause_minutes(*[429] * 10) == 60  # capped at an hour
+    assert pause_minutes(*[503] * 10) == 60
     assert "2 rate-limited answers in a row" in _decide_codes(429, 429).reasoning
 
 
@@ -320,8 +335,8 @@ def _decide_codes(*codes: int, **fields: Any) -> Verdict:
 
 
 def test_without_retry_after_no_pause_when_the_backoff_already_comes_later() -> None:
-    later = _decide_codes(429, next_run_at=NOW + timedelta(minutes=8))
-    sooner = _decide_codes(429, next_run_at=NOW + timedelta(minutes=2))
+    later = _decide_codes(503, next_run_at=NOW + timedelta(minutes=8))
+    sooner = _decide_codes(503, next_run_at=NOW + timedelta(minutes=2))
     told = decide(
         RulesInput(
             now=NOW,
