@@ -10,30 +10,23 @@ import io
 import json
 from collections import Counter
 from collections.abc import Iterator
-from dataclasses import dataclass
 from datetime import timedelta
 from itertools import pairwise
-from pathlib import Path
 
 import pytest
 from django.core.management import call_command
 from django.utils import timezone
 
-from endpoints.models import Endpoint, Heartbeat, Job, JobStatus, Run, RunStatus, RunTrigger, Slot
+from endpoints.models import Endpoint, Job, JobStatus, Run, RunStatus, RunTrigger, Slot
 from endpoints.operations import recompute_next_run
 from endpoints.policies import jitter_offset_ms
 from notifications.alerts import detect_changes
 from notifications.models import Channel, ChannelKind, Delivery, DeliveryStatus
+from tests import fleets
 from tests.engine_processes import (
-    celery_beat,
-    celery_worker,
-    child_database_url,
-    clear_broker,
-    process_env,
-    running,
-    wait_for_workers,
     wait_until,
 )
+from tests.fleets import Fleet
 from tests.planning import (
     DAY_MS,
     daily_cron_far_from_now,
@@ -50,61 +43,25 @@ FLEET = 1_000
 JITTER_MS = 30_000
 
 
-@dataclass(frozen=True)
-class Fleet:
-    logs: Path
-
-    def tail(self) -> str:
-        """The end of each process's log, for a failure message."""
-        return "\n".join(
-            f"--- {log.name}\n{log.read_text(errors='replace')[-2000:]}"
-            for log in sorted(self.logs.glob("*.log"))
-        )
-
-
 @pytest.fixture(scope="module")
 def celery_fleet(
     django_db_setup: None, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Fleet]:
-    """Beat, the tick worker and the execute worker, as the README runs them (threads
-    pools), sharing the test database; the alert cycle every half second."""
+    """The fleet for the module, with the notify queue and the alert cycle every half
+    second."""
     logs = tmp_path_factory.mktemp("policy-fleet")
-    clear_broker()
-    env = process_env(
-        DATABASE_URL=child_database_url(),
+    with fleets.celery_fleet(
+        logs,
+        tick_queues=("tick", "maintenance", "notify"),
         CRONICORN_NOTIFY_SECONDS="0.5",
         CRONICORN_ALERT_DIGEST_SECONDS="1",
-    )
-    ticker, tick_name = celery_worker(["tick", "maintenance", "notify"], concurrency=2)
-    executor, execute_name = celery_worker(["execute"], concurrency=8)
-    with (
-        running(ticker, env=env, log=logs / "tick.log"),
-        running(executor, env=env, log=logs / "execute.log"),
-        running(celery_beat(logs / "beat-schedule"), env=env, log=logs / "beat.log"),
-    ):
-        wait_for_workers([tick_name, execute_name])
-        yield Fleet(logs)
+    ) as fleet:
+        yield fleet
 
 
 @pytest.fixture
 def fleet(celery_fleet: Fleet, transactional_db: None) -> Iterator[Fleet]:
-    """The module's fleet, ticking into this test's (freshly emptied) database, and idle
-    again before that database is emptied for the next test: set up after the database,
-    so torn down before its flush, which a fleet still running this test's endpoints
-    turned into a deadlock (issue 31)."""
-    ticked = wait_until(lambda: Heartbeat.objects.filter(name="tick").exists(), timeout=60)
-    assert ticked, celery_fleet.tail()
-    yield celery_fleet
-    # Nothing left to claim (the claim takes active jobs only), then nothing in flight.
-    Job.objects.update(status=JobStatus.PAUSED)
-    idle = wait_until(
-        lambda: (
-            not Slot.objects.filter(claim_token__isnull=False).exists()
-            and not Run.objects.filter(status=RunStatus.RUNNING).exists()
-        ),
-        timeout=120,
-    )
-    assert idle, celery_fleet.tail()
+    yield from fleets.ticking_into_this_test(celery_fleet)
 
 
 def test_a_daily_endpoint_with_one_transient_503_succeeds_on_its_retry(
