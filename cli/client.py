@@ -29,8 +29,9 @@ ROUTES: dict[str, tuple[str, str]] = {
     "test_endpoint": ("POST", "/endpoints/{endpoint_id}/test"),
     "export_config": ("GET", "/config"),
     "import_config": ("POST", "/config/import"),
-    # backfill: when the API has the operation, its id and path go here and a verb in
-    # cli/verbs.py calls it (issue 35).
+    "start_backfill": ("POST", "/backfills"),
+    "get_backfill": ("GET", "/backfills/{backfill_id}"),
+    "cancel_backfill": ("POST", "/backfills/{backfill_id}/cancel"),
 }
 
 

@@ -74,13 +74,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = verb("pause", verbs.pause, "Pause an endpoint for a while or until a time.")
     endpoint_id(sub)
     until = sub.add_mutually_exclusive_group(required=True)
-    until.add_argument(
-        "--for",
-        dest="for_ms",
-        type=verbs.milliseconds,
-        metavar="DURATION",
-        help="For how long: 90s, 5m, 1h30m, 1d or milliseconds.",
-    )
+    _duration(until, "--for", "for_ms", "For how long: 90s, 5m, 1h30m, 1d or milliseconds.")
     until.add_argument("--until", metavar="TIME", help="Until an ISO 8601 time with an offset.")
     sub.add_argument("--reason", default="", help="Why; shown with the pause.")
 
@@ -89,28 +83,17 @@ def build_parser() -> argparse.ArgumentParser:
     sub = verb("hint", verbs.hint, "Run an endpoint at another cadence, or once, for a while.")
     endpoint_id(sub)
     kind = sub.add_mutually_exclusive_group(required=True)
-    kind.add_argument(
-        "--interval",
-        dest="interval_ms",
-        type=verbs.milliseconds,
-        metavar="DURATION",
-        help="A new cadence (within the endpoint's min/max interval).",
+    _duration(
+        kind, "--interval", "interval_ms", "A new cadence (within the endpoint's min/max interval)."
     )
     kind.add_argument("--at", dest="next_run_at", metavar="TIME", help="One run at this time.")
-    kind.add_argument(
-        "--in",
-        dest="next_run_in_ms",
-        type=verbs.milliseconds,
-        metavar="DURATION",
-        help="One run after this delay.",
-    )
+    _duration(kind, "--in", "next_run_in_ms", "One run after this delay.")
     kind.add_argument("--clear", action="store_true", help="Drop the endpoint's hints.")
-    sub.add_argument(
+    _duration(
+        sub,
         "--ttl",
-        dest="ttl_ms",
-        type=verbs.milliseconds,
-        metavar="DURATION",
-        help="How long the hint lasts (default: 1h for an interval, 30m for one run).",
+        "ttl_ms",
+        "How long the hint lasts (default: 1h for an interval, 30m for one run).",
     )
     sub.add_argument("--reason", default="", help="Why; kept in the hint history.")
 
@@ -130,7 +113,22 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_argument("--job", metavar="NAME", help="Only this job.")
     sub.add_argument("--output", "-o", metavar="FILE", help="Write to FILE, not stdout.")
 
-    # backfill: a verb here once the API has the operation (cli/client.py's ROUTES).
+    sub = verb(
+        "backfill",
+        verbs.backfill,
+        "Run a past range's slots once each (paced, by the running scheduler); or show "
+        "(--status) or stop (--cancel) a backfill.",
+    )
+    sub.add_argument("id", type=int, nargs="?", metavar="ENDPOINT_ID", help="The endpoint.")
+    sub.add_argument("--job", type=int, metavar="JOB_ID", help="Or every endpoint of a job.")
+    sub.add_argument("--from", dest="start", metavar="ISO", help="The range's start.")
+    sub.add_argument("--to", dest="end", metavar="ISO", help="Its end (excluded), not after now.")
+    sub.add_argument("--rate", type=verbs.rate, help="Runs a second (the server's default: 5).")
+    sub.add_argument("--dry-run", action="store_true", help="List the slots; run none.")
+    sub.add_argument("--wait", action="store_true", help="Show progress until it ends.")
+    one = sub.add_mutually_exclusive_group()
+    one.add_argument("--status", type=int, metavar="ID", help="A backfill's progress.")
+    one.add_argument("--cancel", type=int, metavar="ID", help="Stop a backfill.")
 
     mcp = commands.add_parser(
         "mcp", parents=[common], help="An MCP server on stdio whose tools call this API."
@@ -148,6 +146,10 @@ def _common(parser: argparse.ArgumentParser, default: Any) -> None:
     )
     parser.add_argument("--profile", default=default, help="A profile of the config file.")
     parser.add_argument("--url", default=default, help="The server's URL (over CRONICORN_URL).")
+
+
+def _duration(parser: Any, flag: str, dest: str, help: str) -> None:
+    parser.add_argument(flag, dest=dest, type=verbs.milliseconds, metavar="DURATION", help=help)
 
 
 def _paging(sub: argparse.ArgumentParser) -> None:

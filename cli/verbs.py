@@ -9,6 +9,7 @@ import argparse
 import os
 import re
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -209,6 +210,94 @@ def test(client: Client, args: argparse.Namespace) -> Result:
     if run.get("error"):
         text += f"\n{run['error']}"
     return Result(run, text)
+
+
+# --- Backfills ----------------------------------------------------------------------------
+
+UNDER_WAY = ("queued", "running")
+SHOWN_SLOTS = 20  # a dry run's slots in words; --json lists them all
+FOLLOW_EVERY_S = 2.0
+
+
+def rate(text: str) -> float:
+    """Runs a second: ``5``, ``5/s`` (as manage.py backfill takes it) or ``0.5``."""
+    try:
+        return float(text.removesuffix("/s"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a rate: give runs a second, e.g. 5 or 5/s."
+        ) from None
+
+
+def backfill(client: Client, args: argparse.Namespace) -> Result:
+    """Start a backfill (or its dry run), or show or cancel one: the manage.py command's
+    verbs, through the API."""
+    if args.status is not None or args.cancel is not None:
+        if args.cancel is not None:
+            answer = client.call("cancel_backfill", backfill_id=args.cancel)
+        else:
+            answer = client.call("get_backfill", backfill_id=args.status)
+        return _backfill_result(client, args, answer)
+    if (args.id is None) == (args.job is None):
+        raise UsageProblem("Name the ENDPOINT_ID to backfill, or --job JOB_ID.")
+    if not args.start or not args.end:
+        raise UsageProblem("Give the range: --from ISO --to ISO (e.g. 2026-03-01T02:00Z).")
+    body = {
+        "endpoint_id": args.id,
+        "job_id": args.job,
+        "range_from": args.start,
+        "range_to": args.end,
+        "rate": args.rate,
+        "dry_run": args.dry_run,
+    }
+    answer = client.call("start_backfill", body={k: v for k, v in body.items() if v is not None})
+    if args.dry_run:
+        return Result(answer, _dry_run_words(answer))
+    return _backfill_result(client, args, answer)
+
+
+def _backfill_result(client: Client, args: argparse.Namespace, answer: Any) -> Result:
+    last = ""
+    while args.wait and answer["status"] in UNDER_WAY:
+        line = _progress_words(answer)
+        if line != last and not args.json:
+            print(line, flush=True)
+            last = line
+        time.sleep(FOLLOW_EVERY_S)
+        answer = client.call("get_backfill", backfill_id=answer["id"])
+    text = _progress_words(answer)
+    if answer["status"] in UNDER_WAY:
+        text += (
+            f"\nFollow it with: cronicorn backfill --status {answer['id']} --wait; "
+            f"stop it with: cronicorn backfill --cancel {answer['id']}"
+        )
+    return Result(answer, text)
+
+
+def _progress_words(b: dict[str, Any]) -> str:
+    what = b["endpoint"] or f"job {b['job']}"
+    return (
+        f"Backfill {b['id']} of {what} ({b['status']}): {b['succeeded'] + b['failed']} of "
+        f"{b['total']} run, {b['succeeded']} succeeded, {b['failed']} failed, "
+        f"{b['started']} in flight, {b['pending']} to start, {b['skipped']} skipped; "
+        f"at {b['rate']:g}/s."
+    )
+
+
+def _dry_run_words(plan: dict[str, Any]) -> str:
+    slots = plan["slots"]
+    lines = [
+        f"Dry run: {len(slots)} slots from {when(plan['range_from'])} to "
+        f"{when(plan['range_to'])}: {plan['total']} would run (about "
+        f"{plan['total'] / plan['rate']:.0f} s at {plan['rate']:g}/s), {plan['skipped']} not. "
+        "Nothing was written."
+    ]
+    for slot in slots[:SHOWN_SLOTS]:
+        what = "run" if slot["runs"] else f"skip ({slot['note']})"
+        lines.append(f"  {when(slot['scheduled_for'])}  endpoint {slot['endpoint_id']}  {what}")
+    if len(slots) > SHOWN_SLOTS:
+        lines.append(f"  … {len(slots) - SHOWN_SLOTS} more (--json lists them all)")
+    return "\n".join(lines)
 
 
 # --- Configuration as code -----------------------------------------------------------------

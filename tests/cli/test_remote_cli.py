@@ -15,6 +15,7 @@ import yaml
 from django.utils import timezone
 
 from cli.client import ROUTES, Client
+from endpoints.backfill_models import Backfill
 from endpoints.models import Endpoint, HintHistory, Job, Run
 from tests.api.serving import gunicorn_serving
 from tests.cli.conftest import Ran, operator_env, run_cli
@@ -215,3 +216,51 @@ def test_the_verbs_call_operations_the_served_document_has(
     }
     for name, route in ROUTES.items():
         assert served_routes.get(name) == route, name
+
+
+def test_backfill_lists_starts_shows_and_cancels_a_past_range(
+    cli: Cli, api_world: ApiWorld
+) -> None:
+    endpoint = api_world.a.endpoint
+    Endpoint.objects.filter(pk=endpoint.pk).update(baseline_interval_ms=600_000)
+    end = (timezone.now() - timedelta(minutes=15)).replace(microsecond=0)
+    span = ["--from", (end - timedelta(hours=1)).isoformat(), "--to", end.isoformat()]
+    eid = str(endpoint.pk)
+
+    dry = ok(cli("backfill", eid, *span, "--dry-run")).stdout
+    assert re.match(
+        r"Dry run: 6 slots from \S+ \S+ to \S+ \S+: 6 would run \(about 1 s at 5/s\)", dry
+    )
+    assert dry.count(f"  endpoint {eid}  run") == 6 and "Nothing was written." in dry
+    before = set(Backfill.objects.values_list("pk", flat=True))  # the world's finished ones
+    assert Backfill.objects.count() == len(before)
+
+    started = ok(cli("backfill", eid, *span, "--rate", "2/s", "--json")).json()
+    backfill = Backfill.objects.exclude(pk__in=before).get()
+    assert (started["id"], started["status"], started["total"]) == (backfill.pk, "queued", 6)
+    assert backfill.rate == 2 and backfill.requested_by.startswith("API key ")
+
+    shown = ok(cli("backfill", "--status", str(backfill.pk))).stdout
+    assert shown.startswith(
+        f"Backfill {backfill.pk} of {endpoint.job.name}/{endpoint.name} (queued)"
+    )
+    assert f"cronicorn backfill --cancel {backfill.pk}" in shown
+
+    cancelled = ok(cli("backfill", "--cancel", str(backfill.pk))).stdout
+    assert "(cancelled): 0 of 6 run" in cancelled
+    backfill.refresh_from_db()
+    assert backfill.status == "cancelled"
+    # Done already: --wait returns at once with the last word.
+    assert "(cancelled)" in ok(cli("backfill", "--status", str(backfill.pk), "--wait")).stdout
+
+    read_only = cli("backfill", eid, *span, key=api_world.read_key)
+    assert read_only.code == 1 and "403" in read_only.stderr
+    assert Backfill.objects.count() == len(before) + 1
+    others = cli("backfill", "--status", str(api_world.b.backfill.pk))  # tenant B's
+    assert others.code == 1 and "404" in others.stderr
+    unnamed = cli("backfill", *span)
+    assert (
+        unnamed.code == 2 and "Name the ENDPOINT_ID to backfill, or --job JOB_ID." in unnamed.stderr
+    )
+    bad_rate = cli("backfill", eid, *span, "--rate", "fast")
+    assert bad_rate.code == 2 and "'fast' is not a rate" in bad_rate.stderr
