@@ -8,8 +8,6 @@ tenants do not exist for a caller: lookups answer 404, never 403.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import timedelta
 from types import SimpleNamespace
@@ -33,11 +31,6 @@ M = TypeVar("M", bound=Model)
 
 # last_used_at is written at most this often per key: not a write on every request.
 LAST_USED_PRECISION = timedelta(minutes=1)
-
-# How long a request's place among its key's requests in flight is held at most: the
-# longest request (a test call of an endpoint at its longest timeout, 30 min) and a
-# margin. A process killed mid-request gives its place back no later than this.
-IN_FLIGHT_HOLD_SECONDS = 30 * 60 + 60
 
 # What the admin lets only superusers do (endpoints/admin.py: "Only superusers delete or
 # manage tenants"; TenantAdmin, the signing-secret action, every has_delete_permission).
@@ -221,39 +214,3 @@ def check_rate(principal: Principal) -> None:
     # The throttle reads only ``request.auth`` (the principal) to find the bucket.
     if not throttle.allow_request(SimpleNamespace(auth=principal)):  # type: ignore[arg-type]
         raise Throttled(wait=int(throttle.wait() or 1))
-
-
-class TooManyInFlight(Throttled):
-    """A key over CRONICORN_API_CALLS_PER_KEY requests at once (429, retry in a second)."""
-
-    def __init__(self, limit: int) -> None:
-        super().__init__(wait=1)
-        self.detail = (
-            f"This API key already has {limit} requests in flight, the most one key may have "
-            "at once (CRONICORN_API_CALLS_PER_KEY); retry when one has answered."
-        )
-
-
-@contextmanager
-def in_flight(principal: Principal) -> Iterator[None]:
-    """A place among the key's (or user's) requests in flight for the length of a
-    request: at most CRONICORN_API_CALLS_PER_KEY at once, so one tenant's slow requests
-    hold at most that many of the web server's workers and the others' requests still
-    find one. Counted in the ``api`` cache, like the rate limit: shared by every web
-    process when that is Redis.
-
-    Each place is its own cache entry taken with ``add`` (Redis SET NX with an expiry):
-    atomic, so two requests never take the same place, and a place whose process died
-    frees itself when its expiry passes (no counter to leak)."""
-    limit = settings.CRONICORN_API_CALLS_PER_KEY
-    cache = caches["api"]
-    for place in range(limit):
-        name = f"in-flight:{principal}:{place}"
-        if cache.add(name, 1, timeout=IN_FLIGHT_HOLD_SECONDS):
-            break
-    else:
-        raise TooManyInFlight(limit)
-    try:
-        yield
-    finally:
-        cache.delete(name)

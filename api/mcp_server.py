@@ -45,6 +45,7 @@ from pydantic.fields import FieldInfo
 import api.main  # noqa: F401 - registers every operation
 from api.auth import Principal, bearer_key, check_rate, principal_for_key
 from api.errors import problem_for, readable_errors
+from api.fair_share import cpu_budget
 from api.models import hash_key
 from api.operations import OPERATIONS, Operation, invoke
 from api.parameters import parameter_field
@@ -322,8 +323,9 @@ def _invoke(op: Operation, raw_key: str | None, arguments: dict[str, Any]) -> An
     """The whole call, in its worker thread: who calls, the rate limit, the operation."""
     principal = _principal(raw_key)
     check_rate(principal)
-    # Serialised in the worker thread too: a lazy ORM attribute is read where it may be.
-    return TypeAdapter(op.response).validate_python(invoke(op, principal, arguments))
+    with cpu_budget(principal):
+        # Serialised in the worker thread too: a lazy ORM attribute is read where it may be.
+        return TypeAdapter(op.response).validate_python(invoke(op, principal, arguments))
 
 
 class ToolCalls:

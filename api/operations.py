@@ -24,8 +24,9 @@ from ninja import Router, Status
 from ninja.errors import HttpError
 from pydantic import BaseModel
 
-from api.auth import Principal, in_flight
+from api.auth import Principal
 from api.errors import InvalidInput
+from api.fair_share import cpu_budget, in_flight
 from api.models import IdempotentRequest
 from api.schemas import Problem
 
@@ -160,7 +161,7 @@ def _view(op: Operation) -> Callable[..., Any]:
     def view(request: HttpRequest, **arguments: Any) -> Any:
         principal: Principal = request.auth  # type: ignore[attr-defined]
         refuse_unknown_query(op, request)
-        with in_flight(principal):
+        with in_flight(principal), cpu_budget(principal):
             return _answer(op, request, principal, arguments)
 
     request_param = inspect.Parameter("request", inspect.Parameter.POSITIONAL_OR_KEYWORD)

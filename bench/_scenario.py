@@ -41,10 +41,10 @@ from _common import (
     sqlite_url,
     wait_until,
 )
+from _cpu import CLK_TCK, cpu_seconds, machine_busy
 from _gc import pauses
 
 LOGS = RESULTS / "logs"
-CLK_TCK = os.sysconf("SC_CLK_TCK")
 FAR_FUTURE = timedelta(days=1)
 
 
@@ -129,22 +129,6 @@ def free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         return int(probe.getsockname()[1])
-
-
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU of a process (all its threads) so far; 0 if it is gone."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except (FileNotFoundError, ProcessLookupError):
-        return 0.0
-    return (int(fields[11]) + int(fields[12])) / CLK_TCK
-
-
-def machine_busy() -> tuple[float, float]:
-    """(busy, total) CPU seconds of the whole machine so far, from /proc/stat."""
-    values = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
-    idle = values[3] + values[4]
-    return (sum(values) - idle) / CLK_TCK, sum(values) / CLK_TCK
 
 
 def redis_pid() -> int | None:

@@ -138,6 +138,7 @@ def main() -> None:
         DEBUG="false",
         DJANGO_SECRET_KEY="bench-only-" + "x" * 40,
         CRONICORN_API_RATE="100000000/m",
+        CRONICORN_API_CPU_PER_KEY="0",
     )
     base = f"http://127.0.0.1:{port}/api/v1"
     scenarios: dict[str, Callable[[httpx.Client], httpx.Response]] = {

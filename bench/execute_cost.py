@@ -29,7 +29,8 @@ from typing import Any
 
 from _common import bench_env, fresh_database, load, pg_url, print_table, setup_django, sqlite_url
 from _common import write_results as save
-from _scenario import Params, Processes, cpu_seconds, free_port, make_endpoints, wait_until
+from _cpu import cpu_seconds
+from _scenario import Params, Processes, free_port, make_endpoints, wait_until
 
 
 def claim_all(n: int) -> list[Any]:

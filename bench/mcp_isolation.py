@@ -140,6 +140,7 @@ def main() -> None:
         DEBUG="false",
         DJANGO_SECRET_KEY="bench-only-" + "x" * 40,
         CRONICORN_API_RATE="100000000/m",
+        CRONICORN_API_CPU_PER_KEY="0",
     )
     results: dict[str, Any] = {
         "seconds": args.seconds,

@@ -70,12 +70,12 @@ from _common import (
     wait_until,
     write_results,
 )
+from _cpu import cores_busy, cores_by_part, cpu_by_process, machine_busy
 from _scenario import (
     LOGS,
     Params,
     Processes,
     free_port,
-    machine_busy,
     start_celery,
     start_runscheduler,
 )
@@ -503,11 +503,6 @@ def _up(url: str) -> bool:
         return False
 
 
-def cores_busy(before: tuple[float, float], after: tuple[float, float]) -> float:
-    busy, total = after[0] - before[0], after[1] - before[1]
-    return round(busy / max(total, 1e-9) * (os.cpu_count() or 1), 2)
-
-
 def start_world(args: dict[str, Any], procs: Processes) -> dict[str, Any]:
     """The two targets, the tenants, the web and MCP servers."""
     fast_port, slow_port = free_port(), free_port()
@@ -620,12 +615,20 @@ def scenario(args: dict[str, Any]) -> dict[str, Any]:
             "noisy-hostile", [sys.executable, __file__, "hostile", json.dumps(plan), str(out)]
         )
         windows = {"idle": idle, "hostile": hostile}
-        cpu = {}
+        cpu, by_part = {}, {}
+        # Where the CPU goes (its cores per part): this bench's PostgreSQL backends by their
+        # database's name (first: the name holds the engine's), the rest by command line.
+        parts = [("postgres", f" {url.rsplit('/', 1)[1]} "),
+                 ("A's clients", "noisy_neighbour.py hostile"), ("targets", "fast_server.py"),
+                 ("targets", "slow-target"), ("B's clients", "noisy_neighbour.py"),
+                 ("engine", "runscheduler"), ("engine", "celery"), ("web", "gunicorn"),
+                 ("web", "manage.py mcp"), ("redis", "redis-server")]  # fmt: skip
         for name, (start, end) in windows.items():
             time.sleep(max(0.0, start - time.time()))
-            before = machine_busy()
+            before, processes = machine_busy(), cpu_by_process(parts)
             time.sleep(max(0.0, end - time.time()))
             cpu[name] = cores_busy(before, machine_busy())
+            by_part[name] = cores_by_part(processes, cpu_by_process(parts), end - start)
             result[f"load_{name}"] = load()
         for loop in b_loops.values():
             loop.join(timeout=120)
@@ -638,6 +641,7 @@ def scenario(args: dict[str, Any]) -> dict[str, Any]:
                 "b_requests": {n: latency(loop.samples, start, end) for n, loop in b_loops.items()},
                 "a_runs_started": started_runs(world["a"], start, end),
                 "cores_busy": cpu[name],
+                "cores_by_part": by_part[name],
             }
             for name, (start, end) in windows.items()
         }
@@ -715,6 +719,7 @@ def report(result: dict[str, Any]) -> None:
         w = windows[name]
         outcomes = {n: r["outcomes"] for n, r in w["b_requests"].items()}
         print(f"  {name}: B's outcomes {outcomes}; B's run statuses {w['b_lateness']['statuses']}")
+        print(f"  {name}: cores by part {w['cores_by_part']} ('other': not this bench's)")
     print(f"  A's policy: {result['policy_sizes']}; A's endpoints {result['a_endpoints']}")
 
 

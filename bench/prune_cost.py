@@ -30,7 +30,7 @@ from typing import Any
 
 from _common import fresh_database, load, pg_url, print_table, setup_django
 from _common import write_results as save
-from _scenario import cpu_seconds
+from _cpu import cpu_seconds
 
 DROP = "drop the week's partition"
 SET_BASED = "set-based delete"

@@ -52,7 +52,8 @@ def main() -> None:
     code = HERE.parent
     sys.path.insert(0, str(HERE))
     from _common import bench_env, load, pg_url
-    from _scenario import Params, Processes, cpu_seconds, free_port, make_endpoints, wait_until
+    from _cpu import cpu_seconds
+    from _scenario import Params, Processes, free_port, make_endpoints, wait_until
 
     url = pg_url(args.database)
     _fresh(url, code, bench_env)

@@ -20,6 +20,8 @@ from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest, HttpResponse, HttpResponseNotAllowed, JsonResponse
 from django.utils import timezone
 
+from api.auth import principal_for_user
+from api.fair_share import OverCpuBudget, cpu_budget
 from console.admin.display import local_stamp, utc_stamp
 from endpoints import operations
 from endpoints.forms import EndpointForm
@@ -65,6 +67,22 @@ def preview_view(
         raise PermissionDenied
     if endpoint is not None and not model_admin.has_change_permission(request, endpoint):
         raise PermissionDenied
+    principal = principal_for_user(request.user)
+    if principal is None:
+        raise PermissionDenied
+    try:
+        # Sent as a person types: the user's share of a core bounds it, as the API's.
+        with cpu_budget(principal):
+            return _answer(model_admin, request, endpoint)
+    except OverCpuBudget as refused:
+        response = JsonResponse({"busy": refused.detail}, status=429)
+        response["Retry-After"] = str(refused.wait)
+        return response
+
+
+def _answer(
+    model_admin: admin.ModelAdmin[Endpoint], request: HttpRequest, endpoint: Endpoint | None
+) -> JsonResponse:
     form_class = model_admin.get_form(request, endpoint, change=endpoint is not None)
     form = cast(EndpointForm, form_class(request.POST, instance=endpoint or Endpoint()))
     if problems := form.preview_problems():

@@ -42,7 +42,9 @@ CALLS_OUT = [op.name for op in OPERATIONS if op.calls_out]
 @pytest.fixture
 def served(api_world: ApiWorld, tmp_path: Path) -> Iterator[str]:
     # The fuzzer is not what the rate limit is for.
-    with gunicorn_serving(tmp_path, CRONICORN_API_RATE="100000/m") as base_url:
+    with gunicorn_serving(
+        tmp_path, CRONICORN_API_RATE="100000/m", CRONICORN_API_CPU_PER_KEY="0"
+    ) as base_url:
         yield base_url
 
 

@@ -50,6 +50,10 @@
   }
 
   function render(panel, answer) {
+    if (answer.busy) {  // over the user's share of the server's CPU (HTTP 429): said, nothing else
+      show(panel, "The preview is paused: " + answer.busy, []);
+      return;
+    }
     // The field editors (console/static/console/editors.js) put its messages by their fields.
     panel.dispatchEvent(new CustomEvent("cc:preview", { bubbles: true, detail: answer }));
     if (answer.errors) {
