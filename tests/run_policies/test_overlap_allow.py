@@ -1,0 +1,98 @@
+"""``overlap: {"allow": N}`` in the in-process scheduler (what ``runscheduler`` runs)
+against a real HTTP target on 127.0.0.1: up to N calls of an endpoint in flight at once,
+a slot due while N are waits for one to end, each slot once (issue 34). The Celery
+fleet's case is in ``test_run_policies_celery.py``, the faults' in ``tests/faults``."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from django.core.exceptions import ValidationError
+from django.utils import timezone
+
+from endpoints.models import Job, JobStatus, Run, RunStatus, Slot
+from tests.faults.analysis import Execution, most_at_once
+from tests.planning import policy_job, runs, tick_until
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("loopback_allowed")]
+
+S = timedelta(seconds=1)
+
+
+def test_allow_2_runs_two_calls_at_once_and_a_slot_due_beside_two_waits_for_one_to_end(
+    scheduler, job, make_endpoint, target
+):
+    policy_job(job, overlap={"allow": 2})
+    target.reply("/slow", delay=2.5)
+    endpoint = make_endpoint(
+        url=target.url("/slow"), baseline_interval_ms=1_000, next_run_at=timezone.now() + S
+    )
+
+    assert tick_until(scheduler, lambda: len(target.hits("/slow")) >= 6, timeout=40)
+    Job.objects.filter(pk=job.pk).update(status=JobStatus.PAUSED)
+    in_flight = Run.objects.filter(endpoint=endpoint, status=RunStatus.RUNNING)
+    assert tick_until(scheduler, lambda: not in_flight.exists(), timeout=20)
+
+    every = runs(endpoint)
+    hits = target.hits("/slow")
+    assert len(hits) == len(every) >= 6
+    assert {run.status for run in every} == {RunStatus.SUCCESS}
+    slots = [run.scheduled_for for run in every]
+    assert len(slots) == len(set(slots))  # each slot once
+    calls = {hit.headers["X-Cronicorn-Run-Id"]: hit for hit in hits}
+    spans = [Execution("slow", hit.at, hit.finished) for hit in hits]
+    assert most_at_once(spans) == {"slow": 2}
+    # The second slot started on time beside the first call (not after its end)...
+    first, second = (calls[str(run.pk)] for run in every[:2])
+    assert every[1].scheduled_for - every[0].scheduled_for == S
+    assert first.finished is not None and second.at < first.finished
+    # ...and the third, due while two were in flight, waited for the first to end, then ran
+    # (late, once), not skipped.
+    third = calls[str(every[2].pk)]
+    assert every[2].scheduled_for.timestamp() < first.finished <= third.at
+    # The outcomes never wrote the slot: its next run is the one after the last started.
+    assert Slot.objects.get(pk=endpoint.pk).next_run_at > max(slots)
+
+
+def test_a_failure_beside_other_calls_counts_once_and_a_success_resets_the_count(
+    scheduler, job, make_endpoint, target
+):
+    policy_job(job, overlap={"allow": 3})
+    statuses = iter([500, 500, 200])
+    target.reply("/mixed", status=500)
+
+    def next_reply() -> None:
+        target.reply("/mixed", status=next(statuses, 200), delay=1.5, action=next_reply)
+
+    next_reply()
+    endpoint = make_endpoint(
+        url=target.url("/mixed"), baseline_interval_ms=1_000, next_run_at=timezone.now() + S
+    )
+    done = Run.objects.filter(endpoint=endpoint).exclude(status=RunStatus.RUNNING)
+    assert tick_until(scheduler, lambda: done.count() >= 2, timeout=30)
+    endpoint.refresh_from_db()
+    assert endpoint.failure_count == 2  # each failed call's own +1, side by side
+    assert tick_until(
+        scheduler, lambda: done.filter(status=RunStatus.SUCCESS).exists(), timeout=30
+    )
+    endpoint.refresh_from_db()
+    Job.objects.filter(pk=job.pk).update(status=JobStatus.PAUSED)
+    assert endpoint.failure_count == 0
+
+
+@pytest.mark.parametrize(
+    ("policy", "words"),
+    [
+        ({"overlap": {"allow": 11}}, "a whole number from 1 to 10"),
+        ({"overlap": {"allow": 0}}, "got 0"),
+        ({"overlap": {"allow": 3}, "retry_attempts": 2}, "set retry_attempts to 1"),
+    ],
+)
+def test_an_allowance_outside_1_to_10_or_with_retries_is_refused_in_words(
+    job, policy, words
+):
+    job.run_policy = policy
+    with pytest.raises(ValidationError) as refused:
+        job.full_clean()
+    assert words in str(refused.value)
