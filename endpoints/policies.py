@@ -252,7 +252,11 @@ def policy_problems(value: Any) -> list[str]:
         problems.append("body_json_equals: give body_json_path too (where to find the value).")
     if not problems:
         problems += _window_problems(value)
-    if not problems and isinstance(value.get("overlap"), dict) and value.get("retry_attempts", 1) > 1:
+    if (
+        not problems
+        and isinstance(value.get("overlap"), dict)
+        and value.get("retry_attempts", 1) > 1
+    ):
         problems.append(
             'overlap: {"allow": N} starts each slot beside the calls in flight, and a retry '
             "within a slot would need the endpoint's next run, which the next slot holds "

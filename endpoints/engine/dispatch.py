@@ -115,7 +115,7 @@ def freeze_startup_heap() -> None:
     gc.freeze()
 
 
-def start_due_claims(claims: list[Claim]) -> list[Started | None]:
+def start_due_claims(claims: list[Claim]) -> list[Started | Full | None]:
     """Record the Runs of claims due together on a starter thread, ahead of their time
     (``START_AHEAD``); their requests are sent at their time."""
     close_old_connections()  # this thread's connection may have gone stale between batches

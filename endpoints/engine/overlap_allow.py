@@ -22,12 +22,17 @@ default policy never comes here: the engine asks ``RunPolicy.overlap`` only.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
+from django.db import transaction
+from django.utils import timezone
+
 from endpoints.engine import sql
 from endpoints.engine.claiming import Claim
+from endpoints.engine.outcomes import Outcome, hints_after_run
 from endpoints.engine.sql import ClaimedEndpoint
 from endpoints.governor import EndpointSchedule, plan_next_run
 from endpoints.models import Endpoint, Flip, Run, RunStatus, RunTrigger
@@ -103,12 +108,33 @@ def _state_at_start(
     }
 
 
-def record_beside(endpoint_id: int, *, status: str, started: datetime) -> dict[str, Any]:
+def start_beside(
+    endpoint: ClaimedEndpoint,
+    claim: Claim,
+    started: datetime,
+    *,
+    start_run: Callable[[ClaimedEndpoint, Claim, datetime], Run | None],
+) -> Run | Full | None:
+    """Unless N runs are in flight, record the slot's Run (``start_run``, the engine's
+    one way, which decides a redelivered claim) and, in the same transaction, plan the
+    next run from this slot and release the slot lease (``move_on``)."""
+    with transaction.atomic():
+        if full(endpoint, now=timezone.now()):
+            return FULL
+        run = start_run(endpoint, claim, started)
+        if run is not None:
+            move_on(endpoint, claim, started, hints=hints_after_run(endpoint, started))
+        return run
+
+
+def record_beside(outcome: Outcome) -> dict[str, Any]:
     """After a run's outcome is written (and only if it was: its lease held), the
     endpoint's failure count: 0 after a success, one more after a failure, as it was
     after a skip; the streak's end for the alerts (``Flip``). Relative to the row as it is
     (other calls of the endpoint finish beside this one), under its lock. Returns what
-    the run's line and the breaker read."""
+    the run's line, the breaker and the follow-ups read (``after_reschedule``); nothing
+    when the endpoint is gone."""
+    endpoint_id, status, started = outcome.claim.endpoint_id, outcome.result.status, outcome.started
     row = (
         Endpoint.objects.select_for_update(no_key=True)
         .filter(pk=endpoint_id)
@@ -126,5 +152,9 @@ def record_beside(endpoint_id: int, *, status: str, started: datetime) -> dict[s
         "slot__next_run_at", "slot__next_run_source"
     )
     next_run_at, source = slot.first() or (None, "")
-    return {"failure_count": after, "next_run_at": next_run_at, "next_run_source": source}
-
+    return {
+        "failure_count": after,
+        "next_run_at": next_run_at,
+        "next_run_source": source,
+        "retry_attempt": 0,
+    }

@@ -50,12 +50,11 @@ from endpoints.engine.outcomes import (
     Outcome,
     after_reschedule,
     finish_columns,
-    hints_after_run,
     next_state,
     reschedule,
     reschedule_after_conflict,
 )
-from endpoints.engine.overlap_allow import FULL, Full, full, move_on, record_beside, side_by_side
+from endpoints.engine.overlap_allow import Full, record_beside, side_by_side, start_beside
 from endpoints.engine.sql import ClaimedEndpoint
 from endpoints.governor import EndpointSchedule, plan_next_run
 from endpoints.jsonb import storable
@@ -284,11 +283,11 @@ def start_claims(claims: Sequence[Claim], *, ahead: bool = False) -> list[Starte
     ]
     inserted = _insert_runs_of_slots(slots, start_of) if len(slots) > 1 else {}
     for index, endpoint, claim in ready.values():
-        run = inserted.get(index)
+        run: Run | Full | None = inserted.get(index)
         if run is None:
             try:
                 if side_by_side(endpoint):
-                    run = _start_beside(endpoint, claim, start_of(claim))
+                    run = start_beside(endpoint, claim, start_of(claim), start_run=_start_run)
                 else:
                     run = _start_run(endpoint, claim, start_of(claim))
             except Exception:
@@ -299,19 +298,6 @@ def start_claims(claims: Sequence[Claim], *, ahead: bool = False) -> list[Starte
         elif run is not None:
             started[index] = Started(endpoint, claim, run, start_of(claim))
     return started
-
-
-def _start_beside(endpoint: ClaimedEndpoint, claim: Claim, started: datetime) -> Run | Full | None:
-    """``overlap: {"allow": N}``: unless N runs are in flight, record the slot's Run and,
-    in the same transaction, plan the next run from this slot and release the slot lease
-    (``engine.overlap_allow``); the Run's own lease keeps the slot from then on."""
-    with transaction.atomic():
-        if full(endpoint, now=timezone.now()):
-            return FULL
-        run = _start_run(endpoint, claim, started)
-        if run is not None:
-            move_on(endpoint, claim, started, hints=hints_after_run(endpoint, started))
-        return run
 
 
 def _give_back(claims: Sequence[Claim]) -> None:
@@ -387,7 +373,7 @@ def record_outcomes(outcomes: Sequence[Outcome]) -> None:
             for outcome, error in broken:
                 _recover(outcome.endpoint, outcome.claim, outcome.run, outcome.started, error)
             by_run = dict(zip((o.run.pk for o in outcomes), finished, strict=True))
-            written = [(o, _record_beside(o)) for o in beside if by_run[o.run.pk]]
+            written = [(o, record_beside(o)) for o in beside if by_run[o.run.pk]]
     except UNAVAILABLE:
         raise  # nothing was written: the caller may try the whole batch again
     except DatabaseError:
@@ -402,15 +388,6 @@ def record_outcomes(outcomes: Sequence[Outcome]) -> None:
     for outcome, values in written:
         if values:
             after_reschedule(outcome, values)
-
-
-def _record_beside(outcome: Outcome) -> dict[str, Any]:
-    """The endpoint after a run of ``overlap: {"allow": N}`` (``record_beside``), with what
-    the run's line, the breaker and the follow-ups read."""
-    values = record_beside(
-        outcome.claim.endpoint_id, status=outcome.result.status, started=outcome.started
-    )
-    return {**values, "retry_attempt": 0} if values else {}
 
 
 def _replan_in_transaction(lost: Sequence[Outcome]) -> list[tuple[Outcome, Exception]]:
@@ -448,7 +425,7 @@ def _record_alone(outcome: Outcome) -> None:
                 with transaction.atomic():  # a savepoint: the finish stays if this fails
                     if not side_by_side(outcome.endpoint):
                         reschedule(outcome, outcome.endpoint)
-                    elif updated and (values := _record_beside(outcome)):
+                    elif updated and (values := record_beside(outcome)):
                         after_reschedule(outcome, values)
             except UNAVAILABLE:
                 raise

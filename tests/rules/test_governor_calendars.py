@@ -177,14 +177,14 @@ def test_calendar_keys_resolve_job_defaults_and_endpoint_overrides() -> None:
         ({"follow_ups": [{"endpoint": "a/b"}, {"endpoint": "a/b"}]}, "a/b is named twice"),
         ({"follow_ups": [{"endpoint": "a/b", "when": "x"}]}, "give endpoint (and optionally on)"),
         ({"overlap": "allow"}, 'overlap: either "wait" (the default), "skip", or {"allow": N}'),
-        ({"overlap": {"allow": 0}}, "a whole number from 1 to 10, e.g. {\"allow\": 3}; got 0."),
+        ({"overlap": {"allow": 0}}, 'a whole number from 1 to 10, e.g. {"allow": 3}; got 0.'),
         ({"overlap": {"allow": 11}}, "overlap: allow is how many calls of the endpoint may be"),
         ({"overlap": {"allow": "3"}}, 'from 1 to 10, e.g. {"allow": 3}; got "3".'),
         ({"overlap": {"allow": True}}, "got true."),
         ({"overlap": {"allow": 2, "max": 3}}, 'overlap: either "wait" (the default)'),
         (
             {"overlap": {"allow": 2}, "retry_attempts": 3},
-            "set retry_attempts to 1 (it is 3), or use overlap \"wait\" to keep the retries.",
+            'set retry_attempts to 1 (it is 3), or use overlap "wait" to keep the retries.',
         ),
     ],
 )

@@ -5,15 +5,23 @@ fleet's case is in ``test_run_policies_celery.py``, the faults' in ``tests/fault
 
 from __future__ import annotations
 
+import asyncio
+import io
 from datetime import timedelta
 
 import pytest
+import yaml
 from django.core.exceptions import ValidationError
+from django.core.management import CommandError, call_command
 from django.utils import timezone
+from mcp import Client
 
+from api.mcp_server import build_server
+from console.admin.forms import EndpointAdminForm
 from endpoints.models import Job, JobStatus, Run, RunStatus, Slot
 from tests.faults.analysis import Execution, most_at_once
 from tests.planning import policy_job, runs, tick_until
+from tests.world import endpoint_form
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("loopback_allowed")]
 
@@ -52,7 +60,8 @@ def test_allow_2_runs_two_calls_at_once_and_a_slot_due_beside_two_waits_for_one_
     third = calls[str(every[2].pk)]
     assert every[2].scheduled_for.timestamp() < first.finished <= third.at
     # The outcomes never wrote the slot: its next run is the one after the last started.
-    assert Slot.objects.get(pk=endpoint.pk).next_run_at > max(slots)
+    next_run_at = Slot.objects.get(pk=endpoint.pk).next_run_at
+    assert next_run_at is not None and next_run_at > max(slots)
 
 
 def test_a_failure_beside_other_calls_counts_once_and_a_success_resets_the_count(
@@ -73,26 +82,84 @@ def test_a_failure_beside_other_calls_counts_once_and_a_success_resets_the_count
     assert tick_until(scheduler, lambda: done.count() >= 2, timeout=30)
     endpoint.refresh_from_db()
     assert endpoint.failure_count == 2  # each failed call's own +1, side by side
-    assert tick_until(
-        scheduler, lambda: done.filter(status=RunStatus.SUCCESS).exists(), timeout=30
-    )
+    assert tick_until(scheduler, lambda: done.filter(status=RunStatus.SUCCESS).exists(), timeout=30)
     endpoint.refresh_from_db()
     Job.objects.filter(pk=job.pk).update(status=JobStatus.PAUSED)
     assert endpoint.failure_count == 0
 
 
+ALLOW_11 = "overlap: allow is how many calls of the endpoint may be in flight at once"
+
+
 @pytest.mark.parametrize(
     ("policy", "words"),
     [
-        ({"overlap": {"allow": 11}}, "a whole number from 1 to 10"),
-        ({"overlap": {"allow": 0}}, "got 0"),
+        ({"overlap": {"allow": 11}}, ALLOW_11),
+        ({"overlap": {"allow": 0}}, "a whole number from 1 to 10"),
         ({"overlap": {"allow": 3}, "retry_attempts": 2}, "set retry_attempts to 1"),
     ],
 )
-def test_an_allowance_outside_1_to_10_or_with_retries_is_refused_in_words(
-    job, policy, words
-):
+def test_an_allowance_outside_1_to_10_or_with_retries_is_refused_in_words(job, policy, words):
     job.run_policy = policy
     with pytest.raises(ValidationError) as refused:
         job.full_clean()
     assert words in str(refused.value)
+
+
+def test_the_api_takes_an_allowance_and_refuses_one_over_10_in_words(http, job):
+    refused = http.patch(f"/jobs/{job.pk}", json={"run_policy": {"overlap": {"allow": 11}}})
+    assert refused.status_code == 422, refused.text
+    assert ALLOW_11 in refused.text and "got 11" in refused.text
+    taken = http.patch(f"/jobs/{job.pk}", json={"run_policy": {"overlap": {"allow": 3}}})
+    assert taken.status_code == 200, taken.text
+    assert taken.json()["run_policy"] == {"overlap": {"allow": 3}}
+
+
+def test_an_mcp_tool_refuses_an_allowance_over_10_in_words(api_world):
+    job = api_world.a.job
+
+    async def scenario() -> list[tuple[bool, str]]:
+        async with Client(build_server(stdio_key=api_world.write_key)) as client:
+            said = []
+            for allow in (12, 2):
+                result = await client.call_tool(
+                    "update_job", {"job_id": job.pk, "run_policy": {"overlap": {"allow": allow}}}
+                )
+                said.append((result.is_error, result.content[0].text))  # type: ignore[union-attr]
+            return said
+
+    (refused, words), (failed, _text) = asyncio.run(scenario())
+    assert refused and ALLOW_11 in words and "got 12" in words
+    assert not failed
+    job.refresh_from_db()
+    assert job.run_policy == {"overlap": {"allow": 2}}
+
+
+def test_an_allowance_round_trips_through_export_and_import_and_a_bad_one_is_refused(
+    job, make_endpoint, tmp_path
+):
+    endpoint = make_endpoint()
+    endpoint.run_policy = {"overlap": {"allow": 4}}
+    endpoint.full_clean()
+    endpoint.save()
+    out = io.StringIO()
+    call_command("export_endpoints", stdout=out, stderr=io.StringIO())
+    exported = yaml.safe_load(out.getvalue())
+    [mine] = exported["tenants"][0]["jobs"][0]["endpoints"]
+    assert mine["run_policy"] == {"overlap": {"allow": 4}}
+    again = tmp_path / "again.yaml"
+    again.write_text(out.getvalue())
+    report = io.StringIO()
+    call_command("import_endpoints", str(again), "--dry-run", stdout=report, stderr=io.StringIO())
+    assert "0 created, 0 updated" in report.getvalue()
+
+    mine["run_policy"] = {"overlap": {"allow": 11}}
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(yaml.safe_dump(exported))
+    with pytest.raises(CommandError) as refused:
+        call_command("import_endpoints", str(bad), stdout=io.StringIO(), stderr=io.StringIO())
+    assert ALLOW_11 in str(refused.value)
+
+    form = EndpointAdminForm(data=endpoint_form(job, run_policy='{"overlap": {"allow": 0}}'))
+    assert not form.is_valid()
+    assert "a whole number from 1 to 10" in str(form.errors["run_policy"])

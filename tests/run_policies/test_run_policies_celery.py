@@ -24,7 +24,6 @@ from endpoints.operations import recompute_next_run
 from endpoints.policies import jitter_offset_ms
 from notifications.alerts import detect_changes
 from notifications.models import Channel, ChannelKind, Delivery, DeliveryStatus
-from tests.faults.analysis import Execution, most_at_once
 from tests.engine_processes import (
     celery_beat,
     celery_worker,
@@ -35,6 +34,7 @@ from tests.engine_processes import (
     wait_for_workers,
     wait_until,
 )
+from tests.faults.analysis import Execution, most_at_once
 from tests.planning import (
     DAY_MS,
     daily_cron_far_from_now,
@@ -375,10 +375,14 @@ def test_overlap_allow_3_runs_each_slot_on_time_beside_the_calls_in_flight_once(
     spans = {hit.headers["X-Cronicorn-Run-Id"]: (hit.at, hit.finished) for hit in hits}
     for earlier, later in pairwise(slots):
         if later - earlier == S:
-            (_, first_end), (then, _) = spans[str(by_slot[earlier].pk)], spans[str(by_slot[later].pk)]
+            (_, first_end), (then, _) = (
+                spans[str(by_slot[earlier].pk)],
+                spans[str(by_slot[later].pk)],
+            )
             assert first_end is not None and then < first_end
     # The outcomes wrote the endpoint's failure count, never its slot: the slot's next
     # run is after the last slot that started, not back at an earlier call's end.
     endpoint.refresh_from_db()
     assert endpoint.failure_count == 0
-    assert Slot.objects.get(pk=endpoint.pk).next_run_at > slots[-1]
+    next_run_at = Slot.objects.get(pk=endpoint.pk).next_run_at
+    assert next_run_at is not None and next_run_at > slots[-1]
