@@ -207,6 +207,7 @@ class ClaimDispatcher:
             entries, self._heap = self._heap, []
         for entry in entries:
             entry[3].cancel()
+            self._held.discard(entry[2].claim_token)
         return [entry[2] for entry in sorted(entries)]
 
     def shutdown(self, *, timeout: float) -> bool:
@@ -400,7 +401,9 @@ class ClaimDispatcher:
         """A claim of an endpoint whose ``overlap: {"allow": N}`` calls are all in flight:
         kept (its lease renewed, as every claim held here) and started again in
         ``START_RETRY`` seconds, until one of them has ended. Not given back: the next
-        tick would take it again and again, and another slot could pass it."""
+        tick would take it again and again, and another slot could pass it. Back among
+        the claims waiting for their time, it takes no place of ``max_in_flight`` and a
+        shutdown gives it back (``drain_pending``) rather than wait for it."""
         if claim.claim_token not in self._held:
             self._held.add(claim.claim_token)
             logger.info(
@@ -411,6 +414,7 @@ class ClaimDispatcher:
             )
             future.add_done_callback(lambda _f: self._held.discard(claim.claim_token))
         with self._condition:
+            self._in_flight.pop(future, None)
             at = time.time() + START_RETRY
             heapq.heappush(self._heap, (at, next(self._order), claim, future))
             self._condition.notify()
