@@ -163,3 +163,36 @@ def test_an_allowance_round_trips_through_export_and_import_and_a_bad_one_is_ref
     form = EndpointAdminForm(data=endpoint_form(job, run_policy='{"overlap": {"allow": 0}}'))
     assert not form.is_valid()
     assert "a whole number from 1 to 10" in str(form.errors["run_policy"])
+
+
+def test_an_allowance_and_a_jobs_max_concurrent_are_refused_together_whichever_comes_last(
+    job, make_endpoint
+):
+    """A job's limit counts claimed slots, and a call under ``allow`` holds none: the two
+    cannot be used together, set on the job, on an endpoint, or the limit set later."""
+    words = "which job ops's max_concurrent (2) would not count: use one or the other"
+    job.max_concurrent, job.run_policy = 2, {"overlap": {"allow": 3}}
+    with pytest.raises(ValidationError) as refused:
+        job.full_clean()
+    assert words in " ".join(refused.value.message_dict["max_concurrent"])
+
+    job.run_policy = {}
+    job.full_clean()
+    job.save()
+    endpoint = make_endpoint()
+    endpoint.run_policy = {"overlap": {"allow": 3}}
+    with pytest.raises(ValidationError) as refused:
+        endpoint.full_clean()
+    assert words in " ".join(refused.value.message_dict["run_policy"])
+
+    job.max_concurrent = None
+    job.save()
+    endpoint.full_clean()
+    endpoint.save()
+    job.max_concurrent = 2
+    with pytest.raises(ValidationError) as refused:
+        job.full_clean()
+    assert words in " ".join(refused.value.message_dict["max_concurrent"])
+    endpoint.run_policy = {"overlap": "wait"}  # its own wait over the job's: fine again
+    endpoint.save()
+    job.full_clean()
