@@ -3,8 +3,8 @@ each slot still run at most once. The lease is kept per slot:
 
 - the endpoint's slot lease (``Slot.claim_token``) is held only from the claim until the
   slot's Run is recorded: in that same transaction the next run is planned from the slot
-  (start to start, its phase kept) and the lease released, so the next slot is claimed
-  on time while this call is in flight (``move_on``);
+  (or from the start, when that is past the next slot) and the lease released, so the
+  next slot is claimed on time while this call is in flight (``move_on``);
 - from then on the slot's own lease is its Run: ``running``, with ``lease_expires_at``
   renewed by the process that holds the call, as any run's. A run whose lease expired
   unrenewed (its worker died or stalled) no longer counts as in flight, and the sweep
@@ -93,9 +93,15 @@ def _state_at_start(
         EndpointSchedule.from_endpoint(endpoint),
         **{k: v for k, v in hints.items() if k != "ai_hint_reason"},
     )
+    # From the slot, so that calls a few ms late keep the schedule's own cadence; a start
+    # later than the next slot plans from itself instead (coalesced, as a late run is).
+    since = started
     if claim.trigger == RunTrigger.SCHEDULED:
         schedule = replace(schedule, phase_slot=claim.scheduled_for)
-    plan = plan_next_run(started, schedule)
+        since = min(claim.scheduled_for, started)
+    plan = plan_next_run(since, schedule)
+    if plan.next_run_at is not None and plan.next_run_at <= started:
+        plan = plan_next_run(started, schedule)
     archived = endpoint.archived_at is not None
     return {
         "last_run_at": started,
