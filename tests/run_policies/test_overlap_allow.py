@@ -18,7 +18,10 @@ from mcp import Client
 
 from api.mcp_server import build_server
 from console.admin.forms import EndpointAdminForm
-from endpoints.models import Job, JobStatus, Run, RunStatus, Slot
+from endpoints.engine.claiming import Claim, claim_due_endpoints
+from endpoints.engine.overlap_allow import FULL
+from endpoints.engine.running import Started, record_outcomes, start_claims
+from endpoints.models import Endpoint, Job, JobStatus, Run, RunStatus, Slot, Source
 from tests.faults.analysis import Execution, most_at_once
 from tests.planning import policy_job, runs, tick_until
 from tests.world import endpoint_form
@@ -196,3 +199,50 @@ def test_an_allowance_and_a_jobs_max_concurrent_are_refused_together_whichever_c
     endpoint.run_policy = {"overlap": "wait"}  # its own wait over the job's: fine again
     endpoint.save()
     job.full_clean()
+
+
+def claim_now(endpoint) -> Claim:
+    """The endpoint's slot made due now and claimed."""
+    now = timezone.now()
+    Slot.objects.filter(pk=endpoint.pk).update(
+        next_run_at=now, next_run_source=Source.BASELINE_INTERVAL
+    )
+    [claim] = claim_due_endpoints(now=now, limit=10, horizon_ms=0)
+    return claim
+
+
+def test_a_slots_lease_passes_to_its_run_and_a_later_claim_is_never_clobbered(
+    job, make_endpoint, target
+):
+    """The lease per slot, step by step against the database: the start releases the slot
+    lease and plans the next slot from this one; a second delivery of the claim starts
+    nothing; the next slot is claimed beside the call; the outcome writes the failure
+    count, never the later claim's slot; at the allowance a claim waits (FULL), writing
+    nothing."""
+    policy_job(job, overlap={"allow": 1})
+    endpoint = make_endpoint(url=target.url("/one"), baseline_interval_ms=60_000)
+    first = claim_now(endpoint)
+    [started] = start_claims([first])
+    assert isinstance(started, Started)
+    slot = Slot.objects.get(pk=endpoint.pk)
+    assert (slot.claim_token, slot.locked_until) == (None, None)
+    assert slot.next_run_at == first.scheduled_for + timedelta(minutes=1)  # from the slot
+    assert start_claims([first]) == [None]  # delivered again: its run exists, nothing done
+
+    second = claim_now(endpoint)  # "run now" or the next slot: claimable at once
+    assert start_claims([second]) == [FULL]  # allow 1, one call in flight: it waits
+    assert Run.objects.filter(endpoint=endpoint).count() == 1
+    held = Slot.objects.get(pk=endpoint.pk)
+    assert held.claim_token == second.claim_token and held.next_run_at == second.scheduled_for
+
+    target.reply("/one", status=500)
+    Endpoint.objects.filter(pk=endpoint.pk).update(failure_count=2)
+    record_outcomes([started.outcome(started.call_and_wait())])
+    after = Slot.objects.get(pk=endpoint.pk)
+    assert (after.claim_token, after.next_run_at) == (held.claim_token, held.next_run_at)
+    endpoint.refresh_from_db()
+    assert endpoint.failure_count == 3  # its own +1, on the count as it was
+    assert Run.objects.get(pk=started.run.pk).status == RunStatus.FAILURE
+
+    [then] = start_claims([second])  # the call ended: the held claim starts now
+    assert isinstance(then, Started) and then.run.scheduled_for == second.scheduled_for
