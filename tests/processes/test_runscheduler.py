@@ -19,6 +19,7 @@ from django.utils import timezone
 from endpoints.embedded import EmbeddedScheduler
 from endpoints.engine.claiming import Claim, claim_due_endpoints
 from endpoints.engine.dispatch import ClaimDispatcher, start_due_claims
+from endpoints.engine.overlap_allow import Full
 from endpoints.engine.running import Started
 from endpoints.models import Heartbeat, Run, RunStatus, RunTrigger, Slot, Source
 from tests.engine_processes import (
@@ -63,7 +64,7 @@ def test_runs_are_recorded_ahead_together_and_each_request_sent_at_its_slot(make
     claims = claim_due_endpoints(now=timezone.now(), limit=10, horizon_ms=3000)
     recorded: list[tuple[float, int]] = []
 
-    def start(batch: list[Claim]) -> list[Started | None]:
+    def start(batch: list[Claim]) -> list[Started | Full | None]:
         recorded.append((time.time(), len(batch)))
         return start_due_claims(batch)
 
