@@ -18,10 +18,12 @@ from mcp import Client
 
 from api.mcp_server import build_server
 from console.admin.forms import EndpointAdminForm
+from console.admin.policy_widgets import POLICY_GROUPS, policy_words
 from endpoints.engine.claiming import Claim, claim_due_endpoints
 from endpoints.engine.overlap_allow import FULL
 from endpoints.engine.running import Started, record_outcomes, start_claims
 from endpoints.models import Endpoint, Job, JobStatus, Run, RunStatus, Slot, Source
+from endpoints.policies import stored_policy
 from tests.faults.analysis import Execution, most_at_once
 from tests.planning import policy_job, runs, tick_until
 from tests.world import endpoint_form
@@ -246,3 +248,12 @@ def test_a_slots_lease_passes_to_its_run_and_a_later_claim_is_never_clobbered(
 
     [then] = start_claims([second])  # the call ended: the held claim starts now
     assert isinstance(then, Started) and then.run.scheduled_for == second.scheduled_for
+
+
+def test_the_admin_says_a_saved_allowance_in_words_in_the_overlap_group():
+    words = policy_words(stored_policy({}, {"overlap": {"allow": 3}}))
+    assert words == ["A slot due while a call is in flight: allow, up to 3 calls at once"]
+    [group] = [group for group in POLICY_GROUPS if group.title == "Overlap"]
+    assert [(key.key, key.kind, key.choices) for key in group.keys] == [
+        ("overlap", "overlap", ("wait", "skip", "allow"))
+    ]
