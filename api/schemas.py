@@ -156,8 +156,9 @@ RUN_POLICY: Any = Field(
     description="Run policy: success criteria, retries, backoff cap, breaker, catch-up "
     "window, jitter, windows (blackout, allowed, active_from/active_until as ISO 8601 "
     "date-times with an offset, run_once_at for a one-off), calendars (exclude_dates "
-    '["2026-12-24..2026-12-26"], holidays {"country": "DE", "subdivision": "BY"}) (keys in '
-    'the README, "Run policies"); {} for the defaults.',
+    '["2026-12-24..2026-12-26"], holidays {"country": "DE", "subdivision": "BY"}), '
+    'overlap ("wait", "skip" or {"allow": N}, N from 1 to 10: calls in flight at once), '
+    'follow_ups (keys in the README, "Run policies"); {} for the defaults.',
 )
 
 

@@ -162,6 +162,8 @@ class Job(models.Model):
             ]
         add = lambda field, text: errors.setdefault(field, []).append(text)  # noqa: E731
         validation.check_run_policy(self.run_policy, add, **policy_context(self))
+        own = self.endpoints.filter(run_policy__overlap__has_key="allow") if self.pk else []
+        validation.check_overlap_limit(self, add, "max_concurrent", [self.run_policy], own)
         if errors:
             raise ValidationError(errors)
 
@@ -428,6 +430,9 @@ class Endpoint(models.Model):
         validation.check_bounds(self, add, floor=self.tenant_min_interval_ms)
         context = policy_context(self)
         validation.check_run_policy(self.run_policy, add, job_policy=self.job_run_policy, **context)
+        if self.job_id is not None:  # the job's policy, then its own over it
+            layers = [self.job_run_policy, self.run_policy]
+            validation.check_overlap_limit(self.job, add, "run_policy", layers)
         validation.check_hint(self, add)
         if "name" not in validation.refused_fields(self) and self._name_taken():
             add(

@@ -48,9 +48,12 @@ Keys (all optional; ``DEFAULTS`` below, with the README saying why):
   are checked when saved (``endpoints.follow_ups``), the runs made by the engine
   (``endpoints.engine.follow_ups``).
 - ``overlap``: what becomes of the slots that come due while a call is still in flight:
-  ``wait`` (the default: none runs beside it; the next run is planned when it ends) or
+  ``wait`` (the default: none runs beside it; the next run is planned when it ends),
   ``skip`` (each such slot recorded ``skipped``, saying so; the next is the first slot
-  after it ends). ``{"allow": N}`` is refused until the lease is kept per slot.
+  after it ends) or ``{"allow": N}`` (up to N calls in flight at once, 1 to 10: a slot
+  due while fewer are starts on time beside them; the lease is kept per slot, by the
+  slot's run, see ``endpoints.engine.overlap_allow``). Retries within a slot need the
+  endpoint's next run for themselves, so ``allow`` takes ``retry_attempts`` 1.
 """
 
 from __future__ import annotations
@@ -121,7 +124,9 @@ class RunPolicy:
     exclude_dates: tuple[DayRange, ...] = ()
     holidays: tuple[str, str] = ("", "")  # (country, subdivision)
     follow_ups: tuple[FollowUp, ...] = ()
-    overlap: str = "wait"
+    overlap: str = "wait"  # "wait", "skip" or "allow" (``overlap: {"allow": N}``)
+    # Not a key: the N of ``overlap: {"allow": N}``, the calls in flight at once (1 else).
+    allow: int = 1
     # Not a key: why a stored policy could not be used (``stored_policy``), else "".
     problem: str = ""
 
@@ -153,7 +158,7 @@ class RunPolicy:
 
 
 DEFAULT = RunPolicy()
-KEYS = tuple(f.name for f in fields(RunPolicy) if f.name != "problem")
+KEYS = tuple(f.name for f in fields(RunPolicy) if f.name not in ("allow", "problem"))
 _INT_KEYS = {
     "max_duration_ms": (1, MAX_DELAY_MS),
     "retry_attempts": (1, MAX_ATTEMPTS),
@@ -247,6 +252,17 @@ def policy_problems(value: Any) -> list[str]:
         problems.append("body_json_equals: give body_json_path too (where to find the value).")
     if not problems:
         problems += _window_problems(value)
+    if (
+        not problems
+        and isinstance(value.get("overlap"), dict)
+        and value.get("retry_attempts", 1) > 1
+    ):
+        problems.append(
+            'overlap: {"allow": N} starts each slot beside the calls in flight, and a retry '
+            "within a slot would need the endpoint's next run, which the next slot holds "
+            f"already: set retry_attempts to 1 (it is {value['retry_attempts']}), or use "
+            'overlap "wait" to keep the retries.'
+        )
     return problems
 
 
@@ -340,14 +356,30 @@ def _overlap_problem(item: Any) -> str:
     if item in OVERLAPS:
         return ""
     if isinstance(item, dict) and set(item) == {"allow"}:
+        allow = item["allow"]
+        if isinstance(allow, int) and not isinstance(allow, bool) and 1 <= allow <= MAX_ALLOW:
+            return ""
         return (
-            'allow (calls of the endpoint in flight at once) is not available yet: use "wait" '
-            '(the default) or "skip".'
+            f"allow is how many calls of the endpoint may be in flight at once, a whole "
+            f'number from 1 to {MAX_ALLOW}, e.g. {{"allow": 3}}; got {_shown(allow)}.'
         )
-    return 'either "wait" (the default) or "skip".'
+    return (
+        'either "wait" (the default), "skip", or {"allow": N} for up to N calls in flight '
+        f"at once (N from 1 to {MAX_ALLOW}); got {_shown(item)}."
+    )
 
 
 OVERLAPS = ("wait", "skip")
+MAX_ALLOW = 10
+
+
+def _shown(value: Any) -> str:
+    """A value as its JSON, cut short: what the person typed, said back."""
+    try:
+        text = json.dumps(value, ensure_ascii=False)
+    except (TypeError, ValueError):
+        text = _kind(value)
+    return text if len(text) <= 40 else text[:37] + "..."
 
 
 MOMENT_KEYS = ("active_from", "active_until", "run_once_at")
@@ -417,6 +449,9 @@ def resolve_policy(job_policy: Any, endpoint_policy: Any) -> RunPolicy:
         merged["exclude_dates"] = parse_exclude_dates(merged["exclude_dates"] or [])
     if "holidays" in merged:
         merged["holidays"] = parse_holidays(merged["holidays"])
+    if isinstance(merged.get("overlap"), dict):
+        merged["allow"] = merged["overlap"]["allow"]
+        merged["overlap"] = "allow"
     if "follow_ups" in merged:
         merged["follow_ups"] = tuple(
             FollowUp(rule["endpoint"], rule.get("on", "success"))

@@ -556,6 +556,36 @@ def check_run_policy(
             add("run_policy", f"With the job's defaults: {exc}")
 
 
+def check_overlap_limit(
+    job: Any,
+    add: Callable[[str, str], None],
+    field: str,
+    layers: Iterable[Any],
+    endpoints: Iterable[Any] = (),
+) -> None:
+    """``overlap: {"allow": N}`` does not go with a job's ``max_concurrent``: the limit
+    counts the endpoints whose slots are claimed, and under ``allow`` a call in flight
+    holds no claim, so the limit would not count it. ``layers``: the run policies an
+    endpoint runs by, each over the one before (a job's; an endpoint's job's and its
+    own); ``endpoints``: a job's endpoints whose own policy allows overlap (read only when
+    the job has a limit)."""
+    limit = job.max_concurrent
+    if not isinstance(limit, int) or isinstance(limit, bool) or limit < 1:
+        return
+    runs_by: dict[str, Any] = {}
+    for layer in layers:
+        runs_by.update(layer if isinstance(layer, dict) else {})
+    allowed = isinstance(runs_by.get("overlap"), dict)
+    if not allowed and not any(e.archived_at is None for e in endpoints):
+        return
+    add(
+        field,
+        f'overlap: {{"allow": N}} runs calls side by side, which job {job.name}\'s '
+        f"max_concurrent ({limit}) would not count: use one or the other (leave "
+        'max_concurrent empty, or use overlap "wait" or "skip").',
+    )
+
+
 def check_request_limits(endpoint: Any, add: Callable[[str, str], None]) -> None:
     """The request's timeout and response size cap within their ranges."""
     timeout = whole_number(endpoint, "timeout_ms")

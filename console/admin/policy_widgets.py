@@ -24,7 +24,7 @@ from django import forms
 from django.template.loader import render_to_string
 from django.utils.safestring import SafeString, mark_safe
 
-from endpoints.policies import DEFAULT, KEYS, RunPolicy
+from endpoints.policies import DEFAULT, KEYS, MAX_ALLOW, RunPolicy
 from endpoints.secrets import MASK, SECRET_HEADER_WORDS
 from endpoints.windows import DAYS
 from endpoints.wording import duration_words
@@ -34,9 +34,11 @@ from endpoints.wording import duration_words
 # text (ok, 3, true); count: a whole number; duration: a number and a unit, stored in ms;
 # choice: one of ``choices``; flag: yes / no; windows: rows of days and from/to times;
 # moment: a date, a time and a UTC offset; json: the key's JSON value typed as such (a
-# list or an object with a shape of its own: dates, a calendar, follow-ups).
+# list or an object with a shape of its own: dates, a calendar, follow-ups); overlap: a
+# choice of wait, skip or allow, and for allow how many calls at once ({"allow": N}).
 KINDS = (
-    "codes", "text", "scalar", "count", "duration", "choice", "flag", "windows", "moment", "json"
+    "codes", "text", "scalar", "count", "duration", "choice", "flag", "windows", "moment", "json",
+    "overlap",
 )  # fmt: skip
 DURATION_UNITS = (("ms", 1), ("s", 1_000), ("min", 60_000), ("h", 3_600_000), ("d", 86_400_000))
 
@@ -160,11 +162,20 @@ POLICY_GROUPS = (
         ),
     ),
     PolicyGroup(
-        "Overlap and follow-ups",
+        "Overlap",
         (
-            PolicyKey("overlap", "A slot due while a call is in flight", "choice",
-                      "wait: runs late, after the call; skip: recorded skipped, not run.",
-                      choices=("wait", "skip")),
+            PolicyKey("overlap", "A slot due while a call is in flight", "overlap",
+                      "wait: runs late, after the call; skip: recorded skipped, not run; "
+                      f"allow: runs on time beside it, up to 1 to {MAX_ALLOW} calls at once "
+                      "(a slot due while that many are in flight waits for one to end; no "
+                      "retries within a slot then).",
+                      choices=("wait", "skip", "allow")),
+        ),
+        "Each slot runs at most once whichever you choose.",
+    ),
+    PolicyGroup(
+        "Follow-ups",
+        (
             PolicyKey("follow_ups", "Then run", "json",
                       'Endpoints of this tenant to run after a run: [{"endpoint": "job/name", '
                       '"on": "success"}] (on: success, failure or always).'),
@@ -210,6 +221,8 @@ def policy_words(policy: RunPolicy, zone: str = "") -> list[str]:
             words = ", ".join(str(a) if a == b else f"{a}..{b}" for a, b in value)
         elif key.key == "follow_ups":
             words = ", ".join(f"{follow.endpoint} on {follow.on}" for follow in value)
+        elif key.key == "overlap" and value == "allow":
+            words = f"allow, up to {policy.allow} calls at once"
         else:
             words = default_words(key, value)
         lines.append(f"{key.label}: {words}")

@@ -57,6 +57,7 @@ from django.utils import timezone
 from endpoints.engine import executor
 from endpoints.engine.claiming import Claim, spread_offset
 from endpoints.engine.outcomes import Outcome
+from endpoints.engine.overlap_allow import Full
 from endpoints.engine.running import (
     UNAVAILABLE,
     Started,
@@ -88,12 +89,14 @@ WRITE_BATCH = 50
 # longest wait between tries: outcomes recorded after a short outage are not lost.
 WRITE_RETRY_SECONDS = 30.0
 WRITE_RETRY_MAX_WAIT = 2.0
-# How soon a claim whose start met an unavailable database is tried again.
+# How soon a claim whose start met an unavailable database is tried again; and a claim
+# of an endpoint with its ``overlap: {"allow": N}`` calls all in flight.
 START_RETRY = 0.5
 
 # What starting a claim gives: a run to call, an outcome already called (test seams),
 # a run a scheduler error cut short, or None (nothing to run).
-Start = Callable[[list[Claim]], Sequence[Started | Outcome | Run | None]]
+# or FULL (its endpoint's ``overlap: {"allow": N}`` calls are all in flight: held for later).
+Start = Callable[[list[Claim]], Sequence[Started | Outcome | Run | Full | None]]
 # Renews the leases of the claims and runs held: (claims, run ids) -> endpoint ids renewed.
 Renew = Callable[[list[Claim], list[int]], set[int]]
 
@@ -112,7 +115,7 @@ def freeze_startup_heap() -> None:
     gc.freeze()
 
 
-def start_due_claims(claims: list[Claim]) -> list[Started | None]:
+def start_due_claims(claims: list[Claim]) -> list[Started | Full | None]:
     """Record the Runs of claims due together on a starter thread, ahead of their time
     (``START_AHEAD``); their requests are sent at their time."""
     close_old_connections()  # this thread's connection may have gone stale between batches
@@ -153,6 +156,8 @@ class ClaimDispatcher:
         self._runs: dict[Future[Any], int] = {}
         # Claims whose start met an unavailable database, since when (monotonic).
         self._unavailable_since: dict[uuid.UUID, float] = {}
+        # Claims held because their endpoint's overlap allowance is used up (logged once).
+        self._held: set[uuid.UUID] = set()
         self._closed = False
         self._due: queue.SimpleQueue[tuple[Claim, Future[Any]] | None] = queue.SimpleQueue()
         self._starters = [
@@ -202,6 +207,7 @@ class ClaimDispatcher:
             entries, self._heap = self._heap, []
         for entry in entries:
             entry[3].cancel()
+            self._held.discard(entry[2].claim_token)
         return [entry[2] for entry in sorted(entries)]
 
     def shutdown(self, *, timeout: float) -> bool:
@@ -345,8 +351,10 @@ class ClaimDispatcher:
             return
         for claim, _future in live:
             self._unavailable_since.pop(claim.claim_token, None)
-        for (_claim, future), item in zip(live, started, strict=True):
-            if isinstance(item, Started):
+        for (claim, future), item in zip(live, started, strict=True):
+            if isinstance(item, Full):
+                self._hold(claim, future)
+            elif isinstance(item, Started):
                 with self._condition:
                     if not future.done():
                         self._runs[future] = item.run.pk
@@ -387,6 +395,28 @@ class ClaimDispatcher:
             for claim, future in retry:
                 spread = spread_offset(claim.endpoint_id).total_seconds()
                 heapq.heappush(self._heap, (at + spread, next(self._order), claim, future))
+            self._condition.notify()
+
+    def _hold(self, claim: Claim, future: Future[Any]) -> None:
+        """A claim of an endpoint whose ``overlap: {"allow": N}`` calls are all in flight:
+        kept (its lease renewed, as every claim held here) and started again in
+        ``START_RETRY`` seconds, until one of them has ended. Not given back: the next
+        tick would take it again and again, and another slot could pass it. Back among
+        the claims waiting for their time, it takes no place of ``max_in_flight`` and a
+        shutdown gives it back (``drain_pending``) rather than wait for it."""
+        if claim.claim_token not in self._held:
+            self._held.add(claim.claim_token)
+            logger.info(
+                "endpoint %s has its calls in flight, as many as its overlap allows; "
+                "its slot of %s waits for one to end",
+                claim.endpoint_id,
+                claim.scheduled_for.isoformat(),
+            )
+            future.add_done_callback(lambda _f: self._held.discard(claim.claim_token))
+        with self._condition:
+            self._in_flight.pop(future, None)
+            at = time.time() + START_RETRY
+            heapq.heappush(self._heap, (at, next(self._order), claim, future))
             self._condition.notify()
 
     def _called(self, started: Started, future: Future[Any], request: Future[Any]) -> None:

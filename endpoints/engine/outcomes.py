@@ -195,7 +195,7 @@ def next_state(outcome: Outcome, endpoint: ClaimedEndpoint) -> dict[str, Any]:
         failure_count = endpoint.failure_count
     else:
         failure_count = endpoint.failure_count + 1
-    hints = _hints_after_run(endpoint, started)
+    hints = hints_after_run(endpoint, started)
     schedule = replace(
         EndpointSchedule.from_endpoint(endpoint),
         failure_count=failure_count,
@@ -309,7 +309,7 @@ def after_reschedule(outcome: Outcome, values: Mapping[str, Any]) -> None:
         )
 
 
-def _hints_after_run(endpoint: ClaimedEndpoint, started: datetime) -> dict[str, Any]:
+def hints_after_run(endpoint: ClaimedEndpoint, started: datetime) -> dict[str, Any]:
     """Expired hints go entirely; a one-shot whose time has come is consumed (trap 12)."""
     current = {name: getattr(endpoint, name) for name in NO_HINT}
     expires = endpoint.ai_hint_expires_at

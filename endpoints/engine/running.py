@@ -54,6 +54,7 @@ from endpoints.engine.outcomes import (
     reschedule,
     reschedule_after_conflict,
 )
+from endpoints.engine.overlap_allow import Full, record_beside, side_by_side, start_beside
 from endpoints.engine.sql import ClaimedEndpoint
 from endpoints.governor import EndpointSchedule, plan_next_run
 from endpoints.jsonb import storable
@@ -211,6 +212,9 @@ def call_claim(claim: Claim, *, policy: NetworkPolicy | None = None) -> Outcome 
     when a scheduler error cut it short; or None for a stale claim (nothing done).
     """
     [started] = start_claims([claim])
+    if isinstance(started, Full):  # overlap allow, its calls all in flight: left for later
+        release_claims([claim])
+        return None
     if started is None:
         return None
     try:
@@ -221,14 +225,16 @@ def call_claim(claim: Claim, *, policy: NetworkPolicy | None = None) -> Outcome 
     return started.outcome(result)
 
 
-def start_claims(claims: Sequence[Claim], *, ahead: bool = False) -> list[Started | None]:
+def start_claims(claims: Sequence[Claim], *, ahead: bool = False) -> list[Started | Full | None]:
     """Record the Runs of claims that start together, before their requests.
 
     The endpoints are read in one query and the Runs of scheduled slots inserted in one
     statement (the dispatcher starts what is due together: under load, many). For each
     claim, its ``Started``, or None when there is nothing to run: a stale claim (its token
     no longer on the endpoint), an endpoint paused or archived since the claim (its lease
-    released), or an error (logged; the claim given back).
+    released), or an error (logged; the claim given back); ``FULL`` for a claim of an
+    endpoint whose ``overlap: {"allow": N}`` calls are all in flight (nothing written:
+    the caller keeps the claim and tries again, or gives it back).
 
     By default the Runs start now, once the latest slot has come. ``ahead`` (the
     dispatcher) records them before their slots instead, each started at its own
@@ -251,7 +257,7 @@ def start_claims(claims: Sequence[Claim], *, ahead: bool = False) -> list[Starte
     except Exception:
         _give_back(claims)
         return [None] * len(claims)
-    started: list[Started | None] = [None] * len(claims)
+    started: list[Started | Full | None] = [None] * len(claims)
     ready: dict[int, tuple[int, ClaimedEndpoint, Claim]] = {}  # by endpoint: one run each
     for index, claim in enumerate(claims):
         if claim.endpoint_id in ready:
@@ -270,17 +276,26 @@ def start_claims(claims: Sequence[Claim], *, ahead: bool = False) -> list[Starte
     def start_of(claim: Claim) -> datetime:
         return max(claim.starts_at, now) if ahead else now
 
-    slots = [(i, e, c) for i, e, c in ready.values() if c.trigger == RunTrigger.SCHEDULED]
+    slots = [
+        (i, e, c)
+        for i, e, c in ready.values()
+        if c.trigger == RunTrigger.SCHEDULED and not side_by_side(e)
+    ]
     inserted = _insert_runs_of_slots(slots, start_of) if len(slots) > 1 else {}
     for index, endpoint, claim in ready.values():
-        run = inserted.get(index)
+        run: Run | Full | None = inserted.get(index)
         if run is None:
             try:
-                run = _start_run(endpoint, claim, start_of(claim))
+                if side_by_side(endpoint):
+                    run = start_beside(endpoint, claim, start_of(claim), start_run=_start_run)
+                else:
+                    run = _start_run(endpoint, claim, start_of(claim))
             except Exception:
                 _give_back([claim])
                 continue
-        if run is not None:
+        if isinstance(run, Full):
+            started[index] = run
+        elif run is not None:
             started[index] = Started(endpoint, claim, run, start_of(claim))
     return started
 
@@ -335,9 +350,12 @@ def record_outcomes(outcomes: Sequence[Outcome]) -> None:
     their records. A schedule the governor cannot plan is recorded by ``_recover`` in the
     same transaction too.
     """
-    finishes, reschedules, broken = [], [], []
+    finishes, reschedules, broken, beside = [], [], [], []
     for outcome in outcomes:
         finishes.append((outcome.run.pk, _finish_values(outcome)))
+        if side_by_side(outcome.endpoint):  # its slot moved on when it started
+            beside.append(outcome)
+            continue
         try:
             values = next_state(outcome, outcome.endpoint)
         except Exception as exc:  # a schedule the governor cannot plan: recorded below
@@ -354,6 +372,8 @@ def record_outcomes(outcomes: Sequence[Outcome]) -> None:
             broken += _replan_in_transaction(lost)
             for outcome, error in broken:
                 _recover(outcome.endpoint, outcome.claim, outcome.run, outcome.started, error)
+            by_run = dict(zip((o.run.pk for o in outcomes), finished, strict=True))
+            written = [(o, record_beside(o)) for o in beside if by_run[o.run.pk]]
     except UNAVAILABLE:
         raise  # nothing was written: the caller may try the whole batch again
     except DatabaseError:
@@ -364,6 +384,9 @@ def record_outcomes(outcomes: Sequence[Outcome]) -> None:
         _log_finish(outcome, updated)
     for (outcome, values), ok in zip(reschedules, won, strict=True):
         if ok:
+            after_reschedule(outcome, values)
+    for outcome, values in written:
+        if values:
             after_reschedule(outcome, values)
 
 
@@ -400,7 +423,10 @@ def _record_alone(outcome: Outcome) -> None:
                 updated = sql.finish_runs([(outcome.run.pk, values)])[0]
             try:
                 with transaction.atomic():  # a savepoint: the finish stays if this fails
-                    reschedule(outcome, outcome.endpoint)
+                    if not side_by_side(outcome.endpoint):
+                        reschedule(outcome, outcome.endpoint)
+                    elif updated and (values := record_beside(outcome)):
+                        after_reschedule(outcome, values)
             except UNAVAILABLE:
                 raise
             except Exception as exc:  # the governor's, or a write the database refused

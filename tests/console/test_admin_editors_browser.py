@@ -271,3 +271,40 @@ def test_a_stored_value_the_fields_cannot_show_is_kept_as_it_is(
 
     endpoint.refresh_from_db()
     assert endpoint.run_policy == {**kept, "jitter_ms": 7_000}
+
+
+def test_an_overlap_allowance_is_chosen_with_its_count_and_a_wrong_count_is_named_beside_it(
+    live_server: Any, endpoint: Endpoint
+) -> None:
+    """Issue 34: "allow" shows the count of calls at once; 11 is refused beside the field
+    by the one validation path, 3 is stored as ``{"allow": 3}``."""
+    base = live_server.url
+    with chromium_page() as page:
+        sign_in(page, base)
+        page.goto(f"{base}/admin/endpoints/endpoint/{endpoint.pk}/change/")
+        open_group(page, "Overlap")
+        overlap = key(page, "overlap")
+        count = overlap.locator("input.cc-allow")
+        expect(count).to_be_hidden()
+        overlap.locator("select.cc-value").select_option("allow")
+        expect(count).to_be_visible()
+        count.fill("11")
+        page.click("input[name=_continue]")
+        expect(page.locator(".errornote")).to_be_visible()
+        expect(overlap.locator(".cc-key-errors")).to_contain_text(
+            "allow is how many calls of the endpoint may be in flight at once"
+        )
+        expect(count).to_have_value("11")  # what was typed, shown again beside the message
+        count.fill("3")
+        page.click("input[name=_continue]")
+        expect(page.locator(".messagelist")).to_contain_text("was changed successfully")
+        expect(page.locator(".field-run_policy .cc-in-effect")).to_contain_text(
+            "A slot due while a call is in flight: allow, up to 3 calls at once"
+        )
+        expect(overlap.locator("select.cc-value")).to_have_value("allow")
+        expect(count).to_have_value("3")
+        overlap.locator("select.cc-value").select_option("skip")
+        expect(count).to_be_hidden()
+
+    endpoint.refresh_from_db()
+    assert endpoint.run_policy == {"overlap": {"allow": 3}}

@@ -4,7 +4,8 @@ Everything here is a small pure function over plain records (no Django, no clock
 tests and ``bench/faults.py`` judge an outcome the same way:
 
 - every execution the target saw is recorded as a run;
-- no endpoint is executed twice at once (overlapping requests at the target);
+- no endpoint is executed twice at once (overlapping requests at the target), or, under
+  a run policy's ``overlap: {"allow": N}``, never more than N times at once;
 - no slot runs twice, except a retry after a ``lost`` run, and that retry holds a new claim;
 - every attempt of a slot (its first run and every retry linked to it, by the run policy
   or after a lost run) has its own attempt number, each link going back to an earlier
@@ -65,6 +66,8 @@ class Outcome:
     logs: dict[str, str] = field(default_factory=dict)  # process name -> log file
     in_flight_at_fault: int = 0  # calls open at the target when the fault began
     taken_at: float = math.inf  # when the runs were read from the database
+    # Calls of one endpoint allowed at once: its run policy's ``overlap: {"allow": N}``.
+    allow: int = 1
 
 
 def executions_per_endpoint(executions: Iterable[Execution]) -> dict[str, int]:
@@ -86,6 +89,23 @@ def concurrent_executions(executions: Iterable[Execution]) -> list[tuple[Executi
             if end > open_until:
                 open_until, holder = end, execution
     return overlaps
+
+
+def most_at_once(executions: Iterable[Execution]) -> dict[str, int]:
+    """The most requests to each endpoint open at the same time at the target (one that
+    ends as another arrives is not open beside it)."""
+    most: dict[str, int] = {}
+    for endpoint, mine in _by_endpoint(executions).items():
+        # At one instant an end comes before an arrival (False sorts first).
+        events = sorted(
+            [(e.arrived, True) for e in mine]
+            + [(e.finished, False) for e in mine if e.finished is not None]
+        )
+        open_now = 0
+        for _at, arrives in events:
+            open_now += 1 if arrives else -1
+            most[endpoint] = max(most.get(endpoint, 0), open_now)
+    return most
 
 
 def slots_run_twice(runs: Iterable[RunRecord]) -> list[list[RunRecord]]:
@@ -223,8 +243,12 @@ def busiest_window(
 def broken_promises(outcome: Outcome, *, recovery_window: float) -> dict[str, Any]:
     """Each promise the outcome breaks, with its evidence; empty when all were kept."""
     broken: dict[str, Any] = {}
-    if overlaps := concurrent_executions(outcome.executions):
+    allow = outcome.allow
+    if allow == 1 and (overlaps := concurrent_executions(outcome.executions)):
         broken["concurrent executions of one endpoint"] = _shown(overlaps)
+    most = most_at_once(outcome.executions)
+    if allow > 1 and (over := {name: n for name, n in most.items() if n > allow}):
+        broken[f"more than {allow} calls of one endpoint at once"] = over
     if doubled := slots_run_twice(outcome.runs):
         broken["slots run twice without a lost run"] = _shown(doubled)
     if reused := retries_under_the_lost_claim(outcome.runs):
@@ -268,6 +292,9 @@ def figures(outcome: Outcome) -> dict[str, Any]:
         "runs": len(outcome.runs),
         "lost_runs": sum(1 for run in outcome.runs if run.status == LOST),
         "concurrent_executions": len(concurrent_executions(outcome.executions)),
+        "most_calls_of_one_endpoint_at_once": max(
+            most_at_once(outcome.executions).values(), default=0
+        ),
         "slots_run_twice": len(slots_run_twice(outcome.runs)),
         "retries_under_the_lost_claim": len(retries_under_the_lost_claim(outcome.runs)),
         # Retries within a slot planned by a run policy, and retries of lost runs.

@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import json
 import shutil
+from collections import Counter
 from collections.abc import Callable, Iterator
 
 import pytest
 
-from tests.faults.analysis import Outcome, figures
+from tests.faults.analysis import Outcome, figures, most_at_once
 from tests.faults.faults import SCENARIOS
 from tests.faults.world import ROOT, FaultCase, Services
 
@@ -44,3 +45,13 @@ def run_scenario(fault_services: Services) -> Callable[[str], Outcome]:
         return outcome
 
     return run
+
+
+def assert_side_by_side(outcome: Outcome) -> None:
+    """Under ``overlap: {"allow": N}``: not vacuous, each endpoint had calls in flight side
+    by side; and no slot has two runs, not even after a lost one (a lost call is not run
+    again: its slot has passed)."""
+    most = most_at_once(outcome.executions)
+    assert all(most.get(name, 0) >= 2 for name in outcome.endpoints), most
+    slots = Counter((run.endpoint, run.scheduled_for) for run in outcome.runs)
+    assert [slot for slot, runs in slots.items() if runs > 1] == []

@@ -127,6 +127,27 @@ RETRYING = Shape(
 )
 
 
+# Overlap allowed (issue 34): each endpoint may have three calls in flight; a call takes
+# 2.5 s and a slot comes every second, so two or three are in flight whenever a fault
+# hits. Each slot runs at most once: a call lost with its worker is not run again. The
+# stall case's short lease and a sweep every second, so the lost calls are declared lost
+# (and their places freed) within seconds.
+ALLOW = 3
+SIDE_BY_SIDE = Shape(
+    endpoints=3,
+    hold_ms=2500,
+    run_policy={"overlap": {"allow": ALLOW}},
+    env={"CRONICORN_LEASE_SECONDS": str(STALL_LEASE_SECONDS), "CRONICORN_MAINTENANCE_SECONDS": "1"},
+)
+
+
+def kill_execute_worker_and_outlive_its_leases(case: FaultCase) -> None:
+    """SIGKILL with calls in flight, then as long as their leases and a sweep take: the
+    outcome then holds the calls declared lost, and what ran after them."""
+    kill_execute_worker(case)
+    time.sleep(STALL_LEASE_SECONDS + 2)  # the lost calls' leases run out, a sweep comes
+
+
 @dataclass(frozen=True)
 class Scenario:
     fault: Fault
@@ -152,6 +173,8 @@ SCENARIOS: dict[str, Scenario] = {
     "tick-sigkill": Scenario(kill_tick_worker),
     "execute-sigkill-retries": Scenario(kill_execute_worker, RETRYING),
     "execute-sigstop-retries": Scenario(stop_execute_worker, replace(RETRYING, execute_workers=2)),
+    "execute-sigkill-allow": Scenario(kill_execute_worker_and_outlive_its_leases, SIDE_BY_SIDE),
+    "redis-restart-allow": Scenario(restart_redis, SIDE_BY_SIDE),
     "two-beats": Scenario(run_for_a_window, Shape(beats=2, tick_workers=2)),
     "duplicate-publish": Scenario(publish_execute_messages_twice, AHEAD_OF_THE_SLOT),
     "visibility-timeout": Scenario(run_for_a_window, QUIET_SLOW_ENDPOINTS),

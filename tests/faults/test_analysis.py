@@ -14,6 +14,7 @@ from tests.faults.analysis import (
     broken_retry_links,
     busiest_window,
     concurrent_executions,
+    most_at_once,
     recovery_seconds,
     retries_under_the_lost_claim,
     runs_of_one_attempt,
@@ -55,6 +56,27 @@ def test_a_request_still_open_overlaps_every_later_one():
     still_open = Execution("a", arrived=10.0, finished=None)
     later = Execution("a", arrived=30.0, finished=30.1)
     assert concurrent_executions([still_open, later]) == [(still_open, later)]
+
+
+def test_most_at_once_counts_open_requests_per_endpoint_and_an_end_meeting_an_arrival_is_not():
+    calls = [Execution("a", 0.0, 2.5), Execution("a", 1.0, 3.5), Execution("a", 2.0, None)]
+    calls += [Execution("a", 3.5, 4.0), Execution("b", 0.5, 0.6)]
+    assert most_at_once(calls) == {"a": 3, "b": 1}
+
+
+def test_under_an_overlap_allowance_only_more_calls_at_once_than_allowed_break_a_promise():
+    calls = [Execution("a", 10.0 + k, 12.5 + k) for k in range(4)]
+    runs = [run(k + 1, 10.0 + k) for k in range(4)]
+    side_by_side = Outcome("none", ["a"], 9.0, 10.0, calls, runs, [], allow=3)
+    assert broken_promises(side_by_side, recovery_window=5.0) == {}
+    one_too_many = Outcome("none", ["a"], 9.0, 10.0, calls, runs, [], allow=2)
+    assert broken_promises(one_too_many, recovery_window=5.0) == {
+        "more than 2 calls of one endpoint at once": {"a": 3}
+    }
+    one_at_a_time = Outcome("none", ["a"], 9.0, 10.0, calls, runs, [])
+    assert "concurrent executions of one endpoint" in broken_promises(
+        one_at_a_time, recovery_window=5.0
+    )
 
 
 def test_a_slot_may_run_again_only_after_a_lost_run():

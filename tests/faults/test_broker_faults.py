@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from tests.faults.analysis import broken_promises
-from tests.faults.conftest import RECOVERY_WINDOW
+from tests.faults.conftest import RECOVERY_WINDOW, assert_side_by_side
 
 pytestmark = pytest.mark.faults
 
@@ -28,3 +28,12 @@ def test_after_a_5_s_redis_outage_every_endpoint_runs_again_within_the_lease_win
 ):
     outcome = run_scenario("redis-outage")
     assert broken_promises(outcome, recovery_window=RECOVERY_WINDOW) == {}
+
+
+def test_a_redis_restart_with_three_calls_of_each_endpoint_in_flight_runs_no_slot_twice(
+    run_scenario,
+):
+    """Issue 34, ``overlap: {"allow": 3}``: restored or lost messages start no slot again."""
+    outcome = run_scenario("redis-restart-allow")
+    assert broken_promises(outcome, recovery_window=RECOVERY_WINDOW) == {}
+    assert_side_by_side(outcome)

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from tests.faults.analysis import broken_promises
-from tests.faults.conftest import RECOVERY_WINDOW
+from tests.faults.analysis import broken_promises, figures
+from tests.faults.conftest import RECOVERY_WINDOW, assert_side_by_side
 
 pytestmark = pytest.mark.faults
 
@@ -33,3 +33,14 @@ def test_a_killed_tick_worker_is_replaced_and_every_endpoint_runs_again(run_scen
 def test_two_beats_and_two_tick_workers_run_every_slot_once(run_scenario):
     outcome = run_scenario("two-beats")
     assert broken_promises(outcome, recovery_window=RECOVERY_WINDOW) == {}
+
+
+def test_a_worker_killed_with_three_calls_of_each_endpoint_in_flight_runs_no_slot_twice(
+    run_scenario,
+):
+    """Issue 34, ``overlap: {"allow": 3}``: the calls the killed worker held are lost, not
+    run again; never more than three calls of an endpoint at the target at once."""
+    outcome = run_scenario("execute-sigkill-allow")
+    assert broken_promises(outcome, recovery_window=RECOVERY_WINDOW) == {}
+    assert_side_by_side(outcome)
+    assert figures(outcome)["lost_runs"] >= 1  # the killed calls, each its slot's only run

@@ -320,6 +320,7 @@ class FaultCase:
             logs={name: str(self.fleet.log(name)) for name in self.fleet.commands},
             in_flight_at_fault=in_flight,
             taken_at=taken_at,
+            allow=allowed_at_once(self.shape),
         )
 
     def _wait_until_the_fleet_is_up(self) -> None:
@@ -361,6 +362,12 @@ def answer_in_turn(target: TargetServer, path: str, statuses: list[int], delay: 
         target.reply(path, status=next(turn), delay=delay, action=next_reply)
 
     next_reply()
+
+
+def allowed_at_once(shape: Shape) -> int:
+    """Calls of one endpoint the shape's run policy lets run at once."""
+    overlap = shape.run_policy.get("overlap")
+    return int(str(overlap["allow"])) if isinstance(overlap, dict) else 1
 
 
 def endpoint_names(shape: Shape) -> list[str]:

@@ -19,6 +19,7 @@ from django.utils import timezone
 from endpoints.embedded import EmbeddedScheduler
 from endpoints.engine.claiming import Claim, claim_due_endpoints
 from endpoints.engine.dispatch import ClaimDispatcher, start_due_claims
+from endpoints.engine.overlap_allow import Full
 from endpoints.engine.running import Started
 from endpoints.models import Heartbeat, Run, RunStatus, RunTrigger, Slot, Source
 from tests.engine_processes import (
@@ -28,6 +29,7 @@ from tests.engine_processes import (
     running,
     wait_until,
 )
+from tests.faults.analysis import Execution, most_at_once
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("loopback_allowed")]
 
@@ -62,7 +64,7 @@ def test_runs_are_recorded_ahead_together_and_each_request_sent_at_its_slot(make
     claims = claim_due_endpoints(now=timezone.now(), limit=10, horizon_ms=3000)
     recorded: list[tuple[float, int]] = []
 
-    def start(batch: list[Claim]) -> list[Started | None]:
+    def start(batch: list[Claim]) -> list[Started | Full | None]:
         recorded.append((time.time(), len(batch)))
         return start_due_claims(batch)
 
@@ -145,7 +147,9 @@ def test_the_maintenance_unit_sweeps_zombies(scheduler, make_endpoint):
 
 SETUP_SQLITE_ENDPOINT = """
 from endpoints.models import Endpoint, Job, Tenant
-job = Job.objects.create(tenant=Tenant.objects.create(name="t"), name="j")
+job = Job(tenant=Tenant.objects.create(name="t"), name="j", run_policy={policy})
+job.full_clean()
+job.save()
 print(Endpoint.objects.create(job=job, name="e", url="{url}", baseline_interval_ms=1000).pk)
 """
 
@@ -188,7 +192,7 @@ def test_runscheduler_on_sqlite_runs_a_one_second_endpoint_ten_times_in_ten_seco
     database = tmp_path / "cronicorn.sqlite3"
     env = process_env(DATABASE_URL=f"sqlite:///{database}", CRONICORN_MAX_IN_FLIGHT="4")
     subprocess.run(manage("migrate", "-v", "0"), env=env, check=True, timeout=120)
-    setup = SETUP_SQLITE_ENDPOINT.format(url=target.url("/sqlite"))
+    setup = SETUP_SQLITE_ENDPOINT.format(url=target.url("/sqlite"), policy="{}")
     made = subprocess.run(manage("shell", "-c", setup), env=env, check=True, capture_output=True)
     endpoint_id = int(made.stdout.decode().split()[-1])
 
@@ -227,6 +231,40 @@ def test_runscheduler_on_sqlite_runs_a_one_second_endpoint_ten_times_in_ten_seco
     assert [run["response_body"] for run in runs] == [
         {"ok": True, "n": k + 1} for k in range(len(runs))
     ]
+
+
+def test_runscheduler_on_sqlite_runs_two_calls_side_by_side_under_overlap_allow_2(tmp_path, target):
+    """Issue 34 through the SQLite statements of the claim, the start and the outcome: a
+    1 s endpoint whose call takes 1.5 s under ``overlap: {"allow": 2}`` has two calls in
+    flight at once, never three, each slot once and each call recorded."""
+    database = tmp_path / "cronicorn.sqlite3"
+    env = process_env(DATABASE_URL=f"sqlite:///{database}", CRONICORN_MAX_IN_FLIGHT="4")
+    subprocess.run(manage("migrate", "-v", "0"), env=env, check=True, timeout=120)
+    policy = '{"overlap": {"allow": 2}}'
+    setup = SETUP_SQLITE_ENDPOINT.format(url=target.url("/side"), policy=policy)
+    made = subprocess.run(manage("shell", "-c", setup), env=env, check=True, capture_output=True)
+    endpoint_id = int(made.stdout.decode().split()[-1])
+    target.reply("/side", delay=1.5)
+
+    with running(manage("runscheduler"), env=env, log=tmp_path / "scheduler.log") as process:
+        assert wait_until(lambda: _has_ticked(database), timeout=60)
+        with closing(_sqlite(database)) as db, db:
+            db.execute(
+                "UPDATE endpoints_slot SET next_run_at = ?, next_run_source = ?"
+                " WHERE endpoint_id = ?",
+                (_sqlite_time(timezone.now() + S), Source.BASELINE_INTERVAL, endpoint_id),
+            )
+        assert wait_until(lambda: len(target.hits("/side")) >= 6, timeout=40)
+        process.send_signal(signal.SIGTERM)  # the calls in flight are waited for
+        assert process.wait(timeout=30) == 0
+
+    runs = _sqlite_runs(database)
+    hits = target.hits("/side")
+    assert len(hits) == len(runs) >= 6
+    assert {run["status"] for run in runs} == {RunStatus.SUCCESS}
+    assert len({run["scheduled_for"] for run in runs}) == len(runs)
+    calls = [Execution("side", hit.at, hit.finished) for hit in hits]
+    assert most_at_once(calls) == {"side": 2}
 
 
 def test_runscheduler_with_a_duration_exits_cleanly_after_it(tmp_path):

@@ -176,8 +176,16 @@ def test_calendar_keys_resolve_job_defaults_and_endpoint_overrides() -> None:
         ({"follow_ups": [{"endpoint": "a/b", "on": "done"}]}, "on is one of success, failure"),
         ({"follow_ups": [{"endpoint": "a/b"}, {"endpoint": "a/b"}]}, "a/b is named twice"),
         ({"follow_ups": [{"endpoint": "a/b", "when": "x"}]}, "give endpoint (and optionally on)"),
-        ({"overlap": "allow"}, 'overlap: either "wait" (the default) or "skip".'),
-        ({"overlap": {"allow": 3}}, "overlap: allow (calls of the endpoint in flight at once)"),
+        ({"overlap": "allow"}, 'overlap: either "wait" (the default), "skip", or {"allow": N}'),
+        ({"overlap": {"allow": 0}}, 'a whole number from 1 to 10, e.g. {"allow": 3}; got 0.'),
+        ({"overlap": {"allow": 11}}, "overlap: allow is how many calls of the endpoint may be"),
+        ({"overlap": {"allow": "3"}}, 'from 1 to 10, e.g. {"allow": 3}; got "3".'),
+        ({"overlap": {"allow": True}}, "got true."),
+        ({"overlap": {"allow": 2, "max": 3}}, 'overlap: either "wait" (the default)'),
+        (
+            {"overlap": {"allow": 2}, "retry_attempts": 3},
+            'set retry_attempts to 1 (it is 3), or use overlap "wait" to keep the retries.',
+        ),
     ],
 )
 def test_follow_up_and_overlap_keys_are_validated_in_words(
@@ -199,3 +207,14 @@ def test_follow_ups_and_overlap_resolve_to_the_typed_policy() -> None:
         ("a/c", False, True),
     ]
     assert stored_policy({}, {}).overlap == "wait" and stored_policy({}, {}).follow_ups == ()
+
+
+def test_overlap_allow_resolves_to_its_number_of_calls_in_flight() -> None:
+    assert policy_problems({"overlap": {"allow": 1}}) == []
+    assert policy_problems({"overlap": {"allow": 10}, "retry_attempts": 1}) == []
+    policy = stored_policy({"overlap": "skip"}, {"overlap": {"allow": 3}})
+    assert (policy.overlap, policy.allow, policy.problem) == ("allow", 3, "")
+    assert (stored_policy({}, {}).allow, stored_policy({"overlap": "skip"}, {}).allow) == (1, 1)
+    # A job's retries under an endpoint's allowance: the two cannot be used together.
+    mixed = stored_policy({"retry_attempts": 3}, {"overlap": {"allow": 2}})
+    assert (mixed.overlap, mixed.allow) == ("wait", 1) and "retry_attempts" in mixed.problem

@@ -26,6 +26,7 @@ from tests import fleets
 from tests.engine_processes import (
     wait_until,
 )
+from tests.faults.analysis import Execution, most_at_once
 from tests.fleets import Fleet
 from tests.planning import (
     DAY_MS,
@@ -287,3 +288,58 @@ def test_overlap_skip_records_the_slots_due_in_flight_and_never_calls_them(
             (c for c in called if c.started_at <= run.scheduled_for), key=lambda c: c.started_at
         )
         assert before.started_at < run.scheduled_for <= before.finished_at
+
+
+def test_overlap_allow_3_runs_each_slot_on_time_beside_the_calls_in_flight_once(
+    fleet, job, make_endpoint, target
+):
+    """Issue 34: the same 1 s endpoint whose call takes 2.5 s under ``overlap: {"allow": 3}``:
+    every slot starts on time beside the calls still in flight, never more than three of
+    them at once at the target, each slot called once."""
+    policy_job(job, overlap={"allow": 3})
+    target.reply("/slow", delay=2.5)
+    endpoint = make_endpoint(
+        url=target.url("/slow"), baseline_interval_ms=1_000, next_run_at=timezone.now()
+    )
+
+    assert wait_until(lambda: len(target.hits("/slow")) >= 8, timeout=60), fleet.tail()
+    Job.objects.filter(pk=job.pk).update(status=JobStatus.PAUSED)
+    assert wait_until(
+        lambda: not Run.objects.filter(endpoint=endpoint, status=RunStatus.RUNNING).exists(),
+        timeout=30,
+    ), fleet.tail()
+
+    every = runs(endpoint)
+    hits = target.hits("/slow")
+    # Counted at the target: one call per run, each run's own, each slot once.
+    assert len(hits) == len(every) >= 8
+    assert sorted(hit.headers["X-Cronicorn-Run-Id"] for hit in hits) == sorted(
+        str(run.pk) for run in every
+    )
+    slots = sorted(run.scheduled_for for run in every)
+    assert len(slots) == len(set(slots))
+    assert {run.status for run in every} == {RunStatus.SUCCESS}
+    # Side by side, never more than three at once (an end and an arrival at one instant
+    # are not beside each other).
+    calls = [Execution("slow", hit.at, hit.finished) for hit in hits]
+    assert 2 <= most_at_once(calls)["slow"] <= 3
+    # On time: the slots follow one another a second apart, each planned from the slot
+    # before it rather than from its call's end (under ``wait`` they would be 2.5 s
+    # apart), and each call arrived while the one before it was still in flight.
+    gaps = [later - earlier for earlier, later in pairwise(slots)]
+    assert gaps.count(S) >= 0.8 * len(gaps), gaps
+    by_slot = {run.scheduled_for: run for run in every}
+    spans = {hit.headers["X-Cronicorn-Run-Id"]: (hit.at, hit.finished) for hit in hits}
+    for earlier, later in pairwise(slots):
+        if later - earlier == S:
+            (_, first_end), (then, _) = (
+                spans[str(by_slot[earlier].pk)],
+                spans[str(by_slot[later].pk)],
+            )
+            assert first_end is not None and then < first_end
+    # The outcomes wrote the endpoint's failure count, never its slot: the slot's next
+    # run is after the last slot that started, not back at an earlier call's end.
+    endpoint.refresh_from_db()
+    assert endpoint.failure_count == 0
+    next_run_at = Slot.objects.get(pk=endpoint.pk).next_run_at
+    assert next_run_at is not None and next_run_at > slots[-1]

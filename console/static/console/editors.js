@@ -123,6 +123,12 @@
     return node.querySelector(".cc-null");
   }
 
+  // The count of an overlap allowance shows only while "allow" is chosen.
+  function allowShown(node) {
+    var count = node.querySelector(".cc-allow-count");
+    if (count) count.hidden = valueInput(node).value !== "allow";
+  }
+
   function isWhole(value) {
     return typeof value === "number" && Math.floor(value) === value;
   }
@@ -229,6 +235,26 @@
         return valueInput(node).value || undefined;
       },
     },
+    overlap: {
+      // "wait" or "skip", or {"allow": N}: the choice, and for allow how many at once.
+      show: function (node, value) {
+        var shown = isObject(value) && Object.keys(value).length === 1 && isWhole(value.allow);
+        if (shown) {
+          valueInput(node).value = "allow";
+          node.querySelector(".cc-allow").value = String(value.allow);
+        } else if (value === "allow" || !KINDS.choice.show(node, value)) {
+          return false;
+        }
+        allowShown(node);
+        return true;
+      },
+      read: function (node) {
+        var choice = valueInput(node).value;
+        if (choice !== "allow") return choice || undefined;
+        var text = node.querySelector(".cc-allow").value.trim();
+        return { allow: /^-?\d+$/.test(text) ? Number(text) : text };
+      },
+    },
     flag: {
       show: function (node, value) {
         if (typeof value !== "boolean") return false;
@@ -312,6 +338,7 @@
       if (rows) rows.replaceChildren();
       node.querySelector(".cc-key-note").hidden = true;
       delete node.dataset.unshown;
+      allowShown(node);
     }
 
     function nulled(node) {
@@ -364,6 +391,7 @@
         if (!node) return;
         touched[node.dataset.key] = true;
         nulled(node);
+        allowShown(node);
       },
       write: function () {
         var policy = {};
