@@ -77,6 +77,16 @@ class Tenant(models.Model):
         max_length=200, blank=True, editable=False, default="", db_default=""
     )
     hmac_previous_until = models.DateTimeField(null=True, blank=True, editable=False)
+    # Read by every run of the tenant with its endpoint (engine.sql), as text: "{}", the
+    # default, costs the run nothing (engine.host_limits).
+    host_rate_limits = models.JSONField(
+        default=dict,
+        db_default=Value({}, models.JSONField()),
+        blank=True,
+        help_text='Requests per second per target host, e.g. {"api.partner.com": 20}: runs of '
+        "this tenant's endpoints on that host are delayed (never dropped) to stay within it, "
+        "across all workers. 0 exempts a host from CRONICORN_HOST_RATE_LIMIT.",
+    )
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
@@ -93,6 +103,10 @@ class Tenant(models.Model):
 
     def clean_fields(self, exclude: Any = None) -> None:
         problems = validation.check_text_values(self, exclude or ())
+        if "host_rate_limits" not in (exclude or ()) and (
+            message := validation.host_rate_limits_problem(self.host_rate_limits)
+        ):
+            problems["host_rate_limits"] = [message]
         validation.clean_fields_checked(self, exclude, problems, super().clean_fields)
 
     def previous_secret(self, now: datetime) -> str:
@@ -624,6 +638,9 @@ class Run(models.Model):
     # when there were none (or no answer), so rows written by raw SQL need not name it.
     response_headers = models.JSONField(null=True, blank=True)
     error = models.TextField(blank=True)
+    # Why the run started after its slot, when its host's rate limit held it back
+    # (engine.host_limits), in words; "" otherwise.
+    delay_reason = models.CharField(max_length=300, blank=True, default="", db_default="")
     attempt = models.PositiveSmallIntegerField(default=1)
     retry_of = models.ForeignKey(
         "self",

@@ -168,6 +168,7 @@ class TenantAdminForm(forms.ModelForm):
             "max_endpoints",
             "min_interval_ms",
             "monthly_token_budget",
+            "host_rate_limits",
             "hmac_secret",
         ]
 

@@ -54,8 +54,9 @@ from django.conf import settings
 from django.db import close_old_connections, connections
 from django.utils import timezone
 
-from endpoints.engine import executor
+from endpoints.engine import executor, host_limits
 from endpoints.engine.claiming import Claim, spread_offset
+from endpoints.engine.host_limits import Held
 from endpoints.engine.outcomes import Outcome
 from endpoints.engine.running import (
     UNAVAILABLE,
@@ -93,7 +94,8 @@ START_RETRY = 0.5
 
 # What starting a claim gives: a run to call, an outcome already called (test seams),
 # a run a scheduler error cut short, or None (nothing to run).
-Start = Callable[[list[Claim]], Sequence[Started | Outcome | Run | None]]
+# a claim its host's rate limit holds back (started again at its reserved time),
+Start = Callable[[list[Claim]], Sequence[Started | Held | Outcome | Run | None]]
 # Renews the leases of the claims and runs held: (claims, run ids) -> endpoint ids renewed.
 Renew = Callable[[list[Claim], list[int]], set[int]]
 
@@ -112,7 +114,7 @@ def freeze_startup_heap() -> None:
     gc.freeze()
 
 
-def start_due_claims(claims: list[Claim]) -> list[Started | None]:
+def start_due_claims(claims: list[Claim]) -> list[Started | Held | None]:
     """Record the Runs of claims due together on a starter thread, ahead of their time
     (``START_AHEAD``); their requests are sent at their time."""
     close_old_connections()  # this thread's connection may have gone stale between batches
@@ -358,6 +360,8 @@ class ClaimDispatcher:
                 request.add_done_callback(functools.partial(self._called, item, future))
             elif isinstance(item, Outcome):
                 self._hand_to_writer(item, future)
+            elif isinstance(item, Held):
+                self._hold(item.claim, future)
             else:
                 future.set_result(item)
 
@@ -387,6 +391,17 @@ class ClaimDispatcher:
             for claim, future in retry:
                 spread = spread_offset(claim.endpoint_id).total_seconds()
                 heapq.heappush(self._heap, (at + spread, next(self._order), claim, future))
+            self._condition.notify()
+
+    def _hold(self, claim: Claim, future: Future[Any]) -> None:
+        """Back to the heap until its reserved start (``claim.start_at``), its lease renewed
+        meanwhile as every waiting claim's; not in flight: it holds no run, no slot of
+        ``max_in_flight``."""
+        with self._condition:
+            self._in_flight.pop(future, None)
+            self._runs.pop(future, None)
+            entry = (claim.starts_at.timestamp(), next(self._order), claim, future)
+            heapq.heappush(self._heap, entry)
             self._condition.notify()
 
     def _called(self, started: Started, future: Future[Any], request: Future[Any]) -> None:
@@ -443,6 +458,7 @@ class ClaimDispatcher:
         batch is tried again for up to ``WRITE_RETRY_SECONDS`` (its leases are renewed
         meanwhile), so a short outage loses no outcome."""
         outcomes = [outcome for outcome, _future, _at in batch]
+        host_limits.note_outcomes(outcomes)  # a 429 pauses its host's budget at once
         gives_up = time.monotonic() + WRITE_RETRY_SECONDS
         wait = 0.1
         while True:

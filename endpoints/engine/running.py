@@ -44,6 +44,7 @@ from endpoints.engine.executor import (
     submit_request,
 )
 from endpoints.engine.follow_ups import cause_of
+from endpoints.engine.host_limits import Held, Paced, pace
 from endpoints.engine.logs import log_context, log_event
 from endpoints.engine.outcomes import (
     RESULT_STATUS,
@@ -101,6 +102,8 @@ class Started:
     claim: Claim
     run: Run
     started: datetime
+    # When it would have started but for its host's rate limit (``started`` otherwise).
+    unpaced: datetime | None = None
 
     def call(self, *, policy: NetworkPolicy | None = None) -> Future[HttpResult]:
         """Start the request on the HTTP event loop at ``started`` (at once if that has
@@ -163,7 +166,8 @@ class Started:
             return None
         if self.claim.source in (Source.MANUAL, Source.RETRY) or endpoint.retry_attempt:
             return None
-        late = self.started - self.claim.scheduled_for
+        # A rate limit's delay is not lateness: it delays a run, never skips it.
+        late = (self.unpaced or self.started) - self.claim.scheduled_for
         # Less than a tick after its slot is on time by the scheduler's own measure (its
         # timers' jitter): a shorter window counts as a tick, else 0 would skip every slot.
         tick = timedelta(seconds=settings.CRONICORN_TICK_SECONDS)
@@ -211,7 +215,7 @@ def call_claim(claim: Claim, *, policy: NetworkPolicy | None = None) -> Outcome 
     when a scheduler error cut it short; or None for a stale claim (nothing done).
     """
     [started] = start_claims([claim])
-    if started is None:
+    if not isinstance(started, Started):  # never Held: not ``ahead``
         return None
     try:
         result = started.call_and_wait(policy=policy)
@@ -221,7 +225,7 @@ def call_claim(claim: Claim, *, policy: NetworkPolicy | None = None) -> Outcome 
     return started.outcome(result)
 
 
-def start_claims(claims: Sequence[Claim], *, ahead: bool = False) -> list[Started | None]:
+def start_claims(claims: Sequence[Claim], *, ahead: bool = False) -> list[Started | Held | None]:
     """Record the Runs of claims that start together, before their requests.
 
     The endpoints are read in one query and the Runs of scheduled slots inserted in one
@@ -235,7 +239,9 @@ def start_claims(claims: Sequence[Claim], *, ahead: bool = False) -> list[Starte
     ``starts_at`` (or now, if that has passed): ``Started.call`` then sends each request
     at that time, so the database's latency is not the run's lateness, and the claims
     due within the dispatcher's lead share one transaction. The request's real start
-    replaces the recorded one when the run finishes.
+    replaces the recorded one when the run finishes. ``ahead`` also keeps each run within
+    its host's rate limit (``host_limits.pace``): it starts later, its Run saying why, or
+    its claim is given back as ``Held``, to be started again at its reserved time.
 
     Raises ``UNAVAILABLE`` when the database cannot be reached before anything was
     written, so the caller, which still holds the claims, may start them again shortly.
@@ -251,7 +257,7 @@ def start_claims(claims: Sequence[Claim], *, ahead: bool = False) -> list[Starte
     except Exception:
         _give_back(claims)
         return [None] * len(claims)
-    started: list[Started | None] = [None] * len(claims)
+    started: list[Started | Held | None] = [None] * len(claims)
     ready: dict[int, tuple[int, ClaimedEndpoint, Claim]] = {}  # by endpoint: one run each
     for index, claim in enumerate(claims):
         if claim.endpoint_id in ready:
@@ -267,8 +273,21 @@ def start_claims(claims: Sequence[Claim], *, ahead: bool = False) -> list[Starte
         if endpoint is not None:
             ready[claim.endpoint_id] = (index, endpoint, claim)
 
-    def start_of(claim: Claim) -> datetime:
+    def unpaced(claim: Claim) -> datetime:
+        if claim.held is not None:  # held back by its host's limit before
+            return claim.held.since
         return max(claim.starts_at, now) if ahead else now
+
+    # The dispatcher's runs keep within their hosts' rate limits: later, or held back.
+    paced = pace([(e, c, unpaced(c)) for _i, e, c in ready.values()], now=now) if ahead else {}
+    for endpoint_id, held in paced.items():
+        if isinstance(held, Held):
+            started[ready.pop(endpoint_id)[0]] = held
+
+    def start_of(claim: Claim) -> tuple[datetime, str]:
+        if isinstance(later := paced.get(claim.endpoint_id), Paced):
+            return later.start, later.delay_reason
+        return unpaced(claim), ""
 
     slots = [(i, e, c) for i, e, c in ready.values() if c.trigger == RunTrigger.SCHEDULED]
     inserted = _insert_runs_of_slots(slots, start_of) if len(slots) > 1 else {}
@@ -276,12 +295,13 @@ def start_claims(claims: Sequence[Claim], *, ahead: bool = False) -> list[Starte
         run = inserted.get(index)
         if run is None:
             try:
-                run = _start_run(endpoint, claim, start_of(claim))
+                run = _start_run(endpoint, claim, *start_of(claim))
             except Exception:
                 _give_back([claim])
                 continue
         if run is not None:
-            started[index] = Started(endpoint, claim, run, start_of(claim))
+            start = start_of(claim)[0]
+            started[index] = Started(endpoint, claim, run, start, unpaced=unpaced(claim))
     return started
 
 
@@ -303,12 +323,13 @@ def _give_back(claims: Sequence[Claim]) -> None:
 
 
 def _insert_runs_of_slots(
-    slots: Sequence[tuple[int, ClaimedEndpoint, Claim]], start_of: Callable[[Claim], datetime]
+    slots: Sequence[tuple[int, ClaimedEndpoint, Claim]],
+    start_of: Callable[[Claim], tuple[datetime, str]],
 ) -> dict[int, Run]:
     """The Runs of several scheduled slots in one statement, by claim index. A slot that
     already has a Run (a reclaimed lease), or a statement that fails, is left to
     ``_start_run``, one by one."""
-    fields = [_run_fields(endpoint, claim, start_of(claim)) for _index, endpoint, claim in slots]
+    fields = [_run_fields(endpoint, claim, *start_of(claim)) for _index, endpoint, claim in slots]
     try:
         with statement_guard():
             ids = sql.insert_runs_of_slots(fields)
@@ -531,7 +552,9 @@ def statement_guard() -> AbstractContextManager[Any]:
     return transaction.atomic() if connection.in_atomic_block else nullcontext()
 
 
-def _start_run(endpoint: ClaimedEndpoint, claim: Claim, started: datetime) -> Run | None:
+def _start_run(
+    endpoint: ClaimedEndpoint, claim: Claim, started: datetime, delay_reason: str = ""
+) -> Run | None:
     """Create the Run before the request; None if this claim's run exists already.
 
     One run per claim (DESIGN "Redelivery is a no-op"): a broker may deliver the same
@@ -543,7 +566,7 @@ def _start_run(endpoint: ClaimedEndpoint, claim: Claim, started: datetime) -> Ru
     other's run, with its own token. An earlier attempt under *another* token is a run
     whose lease expired (its worker stopped renewing it): only then is it retried.
     """
-    fields = _run_fields(endpoint, claim, started)
+    fields = _run_fields(endpoint, claim, started, delay_reason)
     if claim.trigger == RunTrigger.FOLLOW_UP:
         fields["caused_by"] = cause_of(endpoint.pk)
     previous = None
@@ -594,7 +617,9 @@ def _lost_reason(previous: Run, claim: Claim) -> str:
     )
 
 
-def _run_fields(endpoint: ClaimedEndpoint, claim: Claim, started: datetime) -> dict[str, Any]:
+def _run_fields(
+    endpoint: ClaimedEndpoint, claim: Claim, started: datetime, delay_reason: str = ""
+) -> dict[str, Any]:
     """The columns of a Run as it starts."""
     return {
         "endpoint_id": endpoint.pk,
@@ -613,6 +638,7 @@ def _run_fields(endpoint: ClaimedEndpoint, claim: Claim, started: datetime) -> d
         "retry_of_id": endpoint.retry_of_run if _attempt(endpoint, claim) > 1 else None,
         "response_truncated": False,
         "error": "",
+        "delay_reason": delay_reason,
     }
 
 
