@@ -58,6 +58,7 @@ class Reservation:
     at: float  # the start reserved, epoch seconds
     generation: int  # the budget's generation then: a pause voids older reservations
     since: datetime  # when the run would have started without the limit
+    paused: float = 0.0  # the end of the budget's last pause (a 429) when reserved
 
 
 @dataclass(frozen=True)

@@ -305,7 +305,6 @@ def _pace_host(
                 reserved.append((claim, claim.held))
             else:  # a pause voided it: a new start, still counted from the first
                 fresh.append((claim, claim.held.since))
-    paused = 0.0
     if fresh:
         fresh.sort(key=lambda item: item[1])
         starts, generation, paused = budget.reserve(
@@ -316,20 +315,16 @@ def _pace_host(
         )
         for (claim, start), at in zip(fresh, starts, strict=True):
             since = claim.held.since if claim.held is not None else start
-            reserved.append((claim, Reservation(limit.key, at, generation, since)))
-    return {
-        claim.endpoint_id: _paced(claim, reservation, limit, now, paused)
-        for claim, reservation in reserved
-    }
+            reservation = Reservation(limit.key, at, generation, since, paused)
+            reserved.append((claim, reservation))
+    return {claim.endpoint_id: _paced(claim, held, limit, now) for claim, held in reserved}
 
 
 def _still_held(claim: Claim, limit: Limit) -> bool:
     return claim.held is not None and claim.held.key == limit.key
 
 
-def _paced(
-    claim: Claim, reservation: Reservation, limit: Limit, now: datetime, paused: float
-) -> Paced | Held:
+def _paced(claim: Claim, reservation: Reservation, limit: Limit, now: datetime) -> Paced | Held:
     at = datetime.fromtimestamp(reservation.at, tz=UTC)
     if at > now + HOLD_BEYOND:
         return Held(replace(claim, start_at=at, held=reservation))
@@ -338,7 +333,7 @@ def _paced(
         return Paced(max(at, reservation.since), "")
     why = f"Held back {duration_words(late_ms)} by the rate limit of {limit.host}"
     why += f" ({limit.rate} requests/s for this tenant"
-    if paused > reservation.since.timestamp():
+    if (paused := reservation.paused) > reservation.since.timestamp():
         why += f", paused by a 429 until {datetime.fromtimestamp(paused, tz=UTC):%H:%M:%S} UTC"
     return Paced(at, f"{why}); its slot was kept.")
 
