@@ -172,6 +172,11 @@ class TenantAdminForm(forms.ModelForm):
             "hmac_secret",
         ]
 
+    def clean_host_rate_limits(self) -> Any:
+        # An emptied box means no limits, as {} does (the model's validation says the rest).
+        value = self.cleaned_data.get("host_rate_limits")
+        return {} if value in (None, "") else value
+
     def clean(self) -> dict[str, Any]:
         cleaned = super().clean() or {}
         if cleaned.get("clear_hmac_secret"):

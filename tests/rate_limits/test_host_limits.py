@@ -6,7 +6,6 @@ the one validation path, carried by import and export."""
 
 from __future__ import annotations
 
-import json
 import multiprocessing
 import time
 import uuid
@@ -16,12 +15,8 @@ from collections import Counter
 import pytest
 import redis
 from django.conf import settings
-from django.core.exceptions import ValidationError
 from django.utils import timezone
 
-from endpoints.config_io.documents import ConfigError
-from endpoints.config_io.exporting import export_config
-from endpoints.config_io.importing import import_config
 from endpoints.engine.claiming import claim_due_endpoints, release_claims
 from endpoints.engine.host_limits import (
     KEY_PREFIX,
@@ -33,7 +28,7 @@ from endpoints.engine.host_limits import (
     start_time,
 )
 from endpoints.engine.running import Started, start_claims
-from endpoints.models import Run, Slot, Tenant
+from endpoints.models import Run, Slot
 
 PROCESSES = 4
 RESERVATIONS = 150  # per process, in batches of BATCH
@@ -113,46 +108,6 @@ def test_the_memory_store_keeps_the_same_grid_as_redis():
         b, _, _ = shared.reserve(key, rate, [start] * 30, start)
         assert [round(t, 6) for t in a] == [round(t, 6) for t in b]
     redis.Redis.from_url(settings.CELERY_BROKER_URL).delete(KEY_PREFIX + key)
-
-
-@pytest.mark.django_db
-@pytest.mark.parametrize(
-    ("limits", "words"),
-    [
-        ([20], "Expected a mapping of host to requests per second"),
-        ({"https://api.partner.com": 20}, "is not a host name"),
-        ({"API.partner.com": 20}, "write 'api.partner.com'"),
-        ({"api.partner.com:8443": 20}, "no scheme, port or path"),
-        ({"api.partner.com": 2.5}, "must be a whole number of requests per second"),
-        ({"api.partner.com": True}, "must be a whole number"),
-        ({"api.partner.com": -1}, "between 1 and 10000"),
-        ({f"h{k}.example": 1 for k in range(101)}, "At most 100 hosts"),
-    ],
-)
-def test_a_bad_host_rate_limit_is_refused_in_words(limits, words):
-    tenant = Tenant(name="Acme", host_rate_limits=limits)
-    with pytest.raises(ValidationError) as refused:
-        tenant.full_clean()
-    assert words in " ".join(refused.value.message_dict["host_rate_limits"])
-
-
-@pytest.mark.django_db
-def test_host_rate_limits_are_imported_and_exported():
-    limits = {"api.partner.com": 20, "127.0.0.1": 0}
-    document = f"version: 1\ntenants:\n  - name: Acme\n    host_rate_limits: {json.dumps(limits)}\n"
-    import_config(document, fmt="yaml", environ={}, now=timezone.now())
-    tenant = Tenant.objects.get(name="Acme")
-    assert tenant.host_rate_limits == limits
-    exported, _references = export_config()
-    assert exported["tenants"][0]["host_rate_limits"] == limits
-
-    bad = (
-        'version: 1\ntenants:\n  - name: Acme\n    host_rate_limits: {"api.partner.com": "fast"}\n'
-    )
-    with pytest.raises(ConfigError, match="whole number of requests per second"):
-        import_config(bad, fmt="yaml", environ={}, now=timezone.now())
-    tenant.refresh_from_db()
-    assert tenant.host_rate_limits == limits
 
 
 def _scripts_run() -> int:
