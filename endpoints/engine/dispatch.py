@@ -458,7 +458,7 @@ class ClaimDispatcher:
         batch is tried again for up to ``WRITE_RETRY_SECONDS`` (its leases are renewed
         meanwhile), so a short outage loses no outcome."""
         outcomes = [outcome for outcome, _future, _at in batch]
-        host_limits.note_outcomes(outcomes)  # a 429 pauses its host's budget at once
+        self._note_429s(outcomes)
         gives_up = time.monotonic() + WRITE_RETRY_SECONDS
         wait = 0.1
         while True:
@@ -488,6 +488,15 @@ class ClaimDispatcher:
                 break
         for outcome, future, _at in batch:
             future.set_result(outcome.run)
+
+    @staticmethod
+    def _note_429s(outcomes: list[Outcome]) -> None:
+        """A 429 pauses its host's budget at once (``host_limits``); whatever goes wrong
+        there, the batch is still recorded."""
+        try:
+            host_limits.note_outcomes(outcomes)
+        except Exception as exc:
+            logger.warning("could not note the 429s of %d run(s): %r", len(outcomes), exc)
 
     def _next_batch(self) -> list[tuple[Outcome, Future[Any], float]]:
         """Up to ``WRITE_BATCH`` outcomes once the oldest has waited ``WRITE_LINGER``
