@@ -203,7 +203,10 @@ class ClaimDispatcher:
         with self._condition:
             entries, self._heap = self._heap, []
         for entry in entries:
-            entry[3].cancel()
+            # A claim held back by its host's limit, or tried again after an outage, has
+            # a running future already: resolved with nothing, so no caller waits on it.
+            if not entry[3].cancel() and not entry[3].done():
+                entry[3].set_result(None)
         return [entry[2] for entry in sorted(entries)]
 
     def shutdown(self, *, timeout: float) -> bool:
