@@ -12,7 +12,8 @@ The budget is a grid: each UTC second holds ``rate`` starts, spaced evenly over 
 ``SPREAD`` of it. A reservation takes the next free start at or after the run's own time
 (never before its slot), so a burst of 300 due at once goes out at 20 per second, in
 order; any one-second window, aligned or not, holds at most ``rate`` starts, and a
-request sent up to a tenth of a second late still lands in its own second at the target.
+request sent up to a fifth of a second late still lands in its own second at the target
+(the last start of a second is ``1 - SPREAD`` plus one spacing before the next).
 
 The dispatcher asks ``pace`` when it records the runs of claims due now. A start within
 ``HOLD_BEYOND`` runs then, its Run saying why it is late (``Run.delay_reason``: the slot,
@@ -59,9 +60,14 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger("cronicorn.scheduler")
 
-# The share of each second its starts are spread over: the rest is margin for lateness.
-SPREAD = 0.9
+# The share of each second its starts are spread over: the rest is margin for lateness
+# (a worker's loop busy, its process descheduled). Any one-second window holds at most
+# ``rate`` starts whatever this is; it only sets how far apart they are within a second.
+SPREAD = 0.8
 # A start further ahead than this is held in the dispatcher rather than sent to the loop.
+# More than the dispatcher's lead (``dispatch.START_AHEAD``, 0.2 s), or a held claim it
+# hands over again at its time would be held again; the requests a 429 cannot stop are
+# those within it.
 HOLD_BEYOND = timedelta(milliseconds=500)
 KEY_PREFIX = "cronicorn:host-limit:"
 # A budget's state outlives its last reservation by this long (Redis keys expire).
