@@ -5,8 +5,9 @@ A tenant's ``host_rate_limits`` maps a host (as in its endpoints' URLs) to reque
 second; ``CRONICORN_HOST_RATE_LIMIT`` (0, the default: none) limits every other host of
 every tenant. One budget per tenant and host, shared by the whole fleet: in Redis (the
 broker's) when the database is PostgreSQL and the broker Redis, in process memory for the
-single ``runscheduler`` on SQLite. Each start is reserved atomically before it is spent
-(DESIGN "Fair share"), one Lua call per host for the claims a starter records together.
+single ``runscheduler`` on SQLite (or on PostgreSQL with no Redis to reach). Each start
+is reserved atomically before it is spent (DESIGN "Fair share"), one Lua call per host
+for the claims a starter records together.
 
 The budget is a grid: each UTC second holds ``rate`` starts, spaced evenly over its first
 ``SPREAD`` of it. A reservation takes the next free start at or after the run's own time
@@ -28,8 +29,8 @@ take new starts after the pause. Runs already on their way (within ``HOLD_BEYOND
 
 The default path costs nothing: the tenant's limits come with the run's endpoint
 (``sql.load_endpoints``), and a tenant without limits, with no default set, is never
-looked up further. If Redis cannot be reached the runs go unlimited (logged), as the
-broker that delivers them is then down too.
+looked up further. If Redis stops answering, the runs go unlimited meanwhile (logged):
+the broker that delivers them is then down too.
 """
 
 from __future__ import annotations
@@ -220,6 +221,9 @@ class RedisStore:
         args: list[str | float] = [rate, f"{until:.6f}", now, SPREAD]
         return bool(self._pause(keys=[KEY_PREFIX + key], args=args))
 
+    def ping(self) -> None:
+        self._client.ping()
+
 
 @dataclass
 class _Budget:
@@ -268,11 +272,23 @@ class MemoryStore:
 
 @cache
 def store() -> Store:
-    """Redis when the fleet shares one (PostgreSQL and a Redis broker), else this process."""
+    """Redis when the fleet shares one (PostgreSQL and a Redis broker), else this process:
+    SQLite has one scheduler process, and a ``runscheduler`` on PostgreSQL with no Redis
+    running keeps its own budget (said once, in its log)."""
     url = settings.CELERY_BROKER_URL
-    if connection.vendor != "sqlite" and url.startswith(("redis://", "rediss://")):
-        return RedisStore(url)
-    return MemoryStore()
+    if connection.vendor == "sqlite" or not url.startswith(("redis://", "rediss://")):
+        return MemoryStore()
+    shared = RedisStore(url)
+    try:
+        shared.ping()
+    except redis.RedisError as exc:
+        logger.warning(
+            "host rate limits are kept in this process only: Redis at CELERY_BROKER_URL "
+            "cannot be reached (%s)",
+            exc,
+        )
+        return MemoryStore()
+    return shared
 
 
 # --- the dispatcher's side -----------------------------------------------------------
