@@ -519,6 +519,11 @@ class RunOut(Schema):
     duration_ms: int | None
     status_code: int | None
     error: str
+    delay_reason: str = Field(
+        "",
+        description="Why it started after its slot when its host's rate limit held it back "
+        "(the tenant's host_rate_limits, or CRONICORN_HOST_RATE_LIMIT); empty otherwise.",
+    )
     attempt: int
     retry_of: int | None = Field(description="The run this one retries, if it is a retry.")
     caused_by: int | None = Field(
@@ -668,6 +673,11 @@ class TenantOut(Schema):
     endpoints_used: int
     min_interval_ms: int
     monthly_token_budget: int
+    host_rate_limits: dict[str, int] = Field(
+        description="Requests per second per target host: runs on a host beyond its limit "
+        "are delayed, never dropped, and a 429 with Retry-After from it pauses them until "
+        "then. Hosts not named follow CRONICORN_HOST_RATE_LIMIT (0: none); 0 exempts one."
+    )
     tokens_used_this_month: int
     tokens_reserved_now: int = Field(
         description="Held by analyses running now beyond what they spent so far: an LLM "

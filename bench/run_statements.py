@@ -73,7 +73,7 @@ def main() -> None:
 
     from endpoints.engine.claiming import claim_due_endpoints
     from endpoints.engine.dispatch import ClaimDispatcher
-    from endpoints.engine.running import renew_leases
+    from endpoints.engine.leases import renew_leases
     from endpoints.models import Slot
 
     counts: Counter[str] = Counter()

@@ -277,6 +277,9 @@ CRONICORN_RUN_RETENTION_DAYS = env_int("CRONICORN_RUN_RETENTION_DAYS", 30, minim
 CRONICORN_RUN_RETENTION_KEEP = env_int("CRONICORN_RUN_RETENTION_KEEP", 100, minimum=1)
 CRONICORN_MAX_IN_FLIGHT = env_int("CRONICORN_MAX_IN_FLIGHT", 200, minimum=1)
 CRONICORN_SHUTDOWN_TIMEOUT_SECONDS = env_int("CRONICORN_SHUTDOWN_TIMEOUT_SECONDS", 30, minimum=0)
+# Requests per second to any one target host per tenant, for hosts the tenant's own
+# host_rate_limits does not name (endpoints/engine/host_limits.py); 0, the default: none.
+CRONICORN_HOST_RATE_LIMIT = env_int("CRONICORN_HOST_RATE_LIMIT", 0, minimum=0)
 
 # The outbound guard (endpoints, webhooks, Apprise channels). Private, loopback and
 # link-local targets are refused unless allowed: its own setting, never tied to DEBUG, so

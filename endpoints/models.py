@@ -18,6 +18,7 @@ from django.utils.timezone import now as current_time
 
 from endpoints import validation
 from endpoints.audit import AuditEntry, SchedulerGap  # noqa: F401 - the app's models too
+from endpoints.beats import Flip, Heartbeat  # noqa: F401 - the app's models too
 from endpoints.choices import (
     HintKind,
     HttpMethod,
@@ -77,6 +78,16 @@ class Tenant(models.Model):
         max_length=200, blank=True, editable=False, default="", db_default=""
     )
     hmac_previous_until = models.DateTimeField(null=True, blank=True, editable=False)
+    # Read by every run of the tenant with its endpoint (engine.sql), as text: "{}", the
+    # default, costs the run nothing (engine.host_limits).
+    host_rate_limits = models.JSONField(
+        default=dict,
+        db_default=Value({}, models.JSONField()),
+        blank=True,
+        help_text='Requests per second per target host, e.g. {"api.partner.com": 20}: runs of '
+        "this tenant's endpoints on that host are delayed (never dropped) to stay within it, "
+        "across all workers. 0 exempts a host from CRONICORN_HOST_RATE_LIMIT.",
+    )
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
@@ -93,6 +104,10 @@ class Tenant(models.Model):
 
     def clean_fields(self, exclude: Any = None) -> None:
         problems = validation.check_text_values(self, exclude or ())
+        if "host_rate_limits" not in (exclude or ()) and (
+            message := validation.host_rate_limits_problem(self.host_rate_limits)
+        ):
+            problems["host_rate_limits"] = [message]
         validation.clean_fields_checked(self, exclude, problems, super().clean_fields)
 
     def previous_secret(self, now: datetime) -> str:
@@ -629,6 +644,9 @@ class Run(models.Model):
     # when there were none (or no answer), so rows written by raw SQL need not name it.
     response_headers = models.JSONField(null=True, blank=True)
     error = models.TextField(blank=True)
+    # Why the run started after its slot, when its host's rate limit held it back
+    # (engine.host_limits), in words; "" otherwise.
+    delay_reason = models.CharField(max_length=300, blank=True, default="", db_default="")
     attempt = models.PositiveSmallIntegerField(default=1)
     retry_of = models.ForeignKey(
         "self",
@@ -755,46 +773,6 @@ class HintHistory(models.Model):
 
     def __str__(self) -> str:
         return f"{self.kind} hint for {self.endpoint_id}"
-
-
-class Heartbeat(models.Model):
-    """The last time each scheduler loop (``health.LOOPS``: tick, zombie sweep, run
-    retention, planner, alerts) did its work, and what it did (``info``: counts).
-
-    One row per loop name, updated in place at the end of each pass, by the Celery task
-    and by ``runscheduler`` alike; read by health checks, the dashboard and
-    ``scheduler_status``. (The planner's cycle lease borrows a row, ``planner-cycle``.)
-    """
-
-    name = models.CharField(max_length=32, unique=True)
-    at = models.DateTimeField()
-    info = models.JSONField(default=dict, blank=True)
-
-    def __str__(self) -> str:
-        return f"{self.name} at {self.at:%Y-%m-%d %H:%M:%S}"
-
-    @classmethod
-    def beat(cls, name: str, *, now: datetime, **info: Any) -> None:
-        updated = cls.objects.filter(name=name).update(at=now, info=info)
-        if not updated:
-            cls.objects.update_or_create(name=name, defaults={"at": now, "info": info})
-
-
-class Flip(models.Model):
-    """A failure streak a run ended: the outbox the notify cycle reads ("a streak of N
-    failures ended at T"), written by the engine in the statement that records the run's
-    reschedule, only for a success after failures, and deleted by the notify cycle that
-    raises its alerts. Why the engine writes it: docs/DESIGN.md, "Alerts"."""
-
-    endpoint = models.ForeignKey(Endpoint, on_delete=models.CASCADE, related_name="+")
-    failures = models.PositiveIntegerField(help_text="How many failed runs the streak had.")
-    at = models.DateTimeField(help_text="When the run that ended the streak started.")
-
-    class Meta:
-        ordering = ["pk"]
-
-    def __str__(self) -> str:
-        return f"{self.failures} failures of {self.endpoint_id} ended at {self.at:%H:%M:%S}"
 
 
 from endpoints.backfill_models import Backfill, BackfillSlot  # noqa: E402, F401 - one registry

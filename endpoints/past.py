@@ -24,6 +24,7 @@ from endpoints.schedules import last_cron_at_or_before
 from endpoints.windows import free_week, is_free
 
 RAN, SKIPPED, NOT_YET, ARCHIVED, JOB_STOPPED = "ran", "skipped", "not-created", "archived", "job"
+RATE_LIMITED = "rate-limit"  # ran, later than its slot: its host's rate limit held it back
 PAUSED, BREAKER, WINDOW, DOWN, HINTED, UNKNOWN = (
     "paused",
     "breaker",
@@ -85,6 +86,8 @@ def _ran(endpoint: Endpoint, slot: datetime, span: tuple[datetime, datetime]) ->
         return PastSlot(slot, slot, SKIPPED, words, run_id=run.pk)
     outcome = "failed" if run.status in FAILED_STATUSES else run.status
     words = f"Ran: run {run.pk} started {_stamp(run.started_at)}, {outcome}."
+    if run.delay_reason:
+        return PastSlot(slot, slot, RATE_LIMITED, f"{words} {run.delay_reason}", run_id=run.pk)
     return PastSlot(slot, slot, RAN, words, run_id=run.pk)
 
 

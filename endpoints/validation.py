@@ -146,6 +146,51 @@ def check_text_values(
     return problems
 
 
+# A tenant's host rate limits (``Tenant.host_rate_limits``): host -> requests per second.
+MAX_RATE_LIMIT_HOSTS = 100
+MAX_REQUESTS_PER_SECOND = 10_000
+_HOST_LABEL = r"[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?"
+RATE_LIMIT_HOST = re.compile(rf"{_HOST_LABEL}(?:\.{_HOST_LABEL})*\Z")
+
+
+def host_rate_limits_problem(limits: Any) -> str:
+    """A mapping of host names (as in the endpoints' URLs, lower case, no scheme, port or
+    path) to whole requests per second, 1 to ``MAX_REQUESTS_PER_SECOND``; 0 exempts a
+    host from ``CRONICORN_HOST_RATE_LIMIT``."""
+    example = 'for example {"api.partner.com": 20}'
+    if limits is None:
+        return f"Give a mapping of host to requests per second ({example}), or {{}} for none."
+    if not isinstance(limits, dict):
+        return (
+            f"Expected a mapping of host to requests per second ({example}), got {_kind(limits)}."
+        )
+    if len(limits) > MAX_RATE_LIMIT_HOSTS:
+        return f"At most {MAX_RATE_LIMIT_HOSTS} hosts may be limited; {len(limits)} are given."
+    for host, rate in limits.items():
+        if not isinstance(host, str) or len(host) > 253 or not RATE_LIMIT_HOST.match(host):
+            shown = host if isinstance(host, str) else _kind(host)
+            hint = (
+                f" (write {host.lower()!r})"
+                if isinstance(host, str) and host != host.lower()
+                else ""
+            )
+            return (
+                f"{str(shown)[:80]!r} is not a host name{hint}: write the host alone, in lower "
+                f"case, as it appears in the endpoints' URLs, {example} (no scheme, port or path)."
+            )
+        if isinstance(rate, bool) or not isinstance(rate, int):
+            return (
+                f"The limit of {host} must be a whole number of requests per second, "
+                f"got {_kind(rate)}."
+            )
+        if not 0 <= rate <= MAX_REQUESTS_PER_SECOND:
+            return (
+                f"The limit of {host} must be between 1 and {MAX_REQUESTS_PER_SECOND} requests "
+                f"per second (0 exempts it from the default limit), got {rate}."
+            )
+    return ""
+
+
 def merge_problems(error: ValidationError | None, problems: Problems) -> ValidationError | None:
     """One ValidationError holding both (either may be empty)."""
     merged: Problems = {k: list(v) for k, v in problems.items()}

@@ -75,8 +75,8 @@ class SlotOut(Schema):
     at: datetime = Field(description="The instant asked about.")
     slot: datetime = Field(description="The slot that was due at that instant.")
     reason: str = Field(
-        description="ran, skipped, not-created, archived, job, paused, breaker, window, "
-        "scheduler-down, hint or unknown."
+        description="ran, rate-limit (ran, held back by its host's rate limit), skipped, "
+        "not-created, archived, job, paused, breaker, window, scheduler-down, hint or unknown."
     )
     words: str = Field(description="What happened to the slot, in a sentence.")
     run_id: int | None = Field(description="The slot's run (get_run), if it ran or was skipped.")

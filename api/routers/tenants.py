@@ -26,6 +26,7 @@ def _usage(tenant: Tenant) -> TenantOut:
         endpoints_used=Endpoint.objects.live().filter(job__tenant=tenant).count(),
         min_interval_ms=tenant.min_interval_ms,
         monthly_token_budget=tenant.monthly_token_budget,
+        host_rate_limits=tenant.host_rate_limits,
         tokens_used_this_month=tokens,
         tokens_reserved_now=tokens_committed_this_month(tenant.pk, now=now) - tokens,
         signs_requests=bool(tenant.hmac_secret),

@@ -168,8 +168,14 @@ class TenantAdminForm(forms.ModelForm):
             "max_endpoints",
             "min_interval_ms",
             "monthly_token_budget",
+            "host_rate_limits",
             "hmac_secret",
         ]
+
+    def clean_host_rate_limits(self) -> Any:
+        # An emptied box means no limits, as {} does (the model's validation says the rest).
+        value = self.cleaned_data.get("host_rate_limits")
+        return {} if value in (None, "") else value
 
     def clean(self) -> dict[str, Any]:
         cleaned = super().clean() or {}

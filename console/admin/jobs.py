@@ -88,6 +88,7 @@ class TenantAdmin(DeletesForGood, NoSecretLookups):
     fieldsets = (
         (None, {"fields": ("name", "members")}),
         ("Quotas", {"fields": ("max_endpoints", "min_interval_ms", "monthly_token_budget")}),
+        ("Rate limits per target host", {"fields": ("host_rate_limits",)}),
         ("Request signing", {"fields": ("hmac_secret", "clear_hmac_secret")}),
     )
     actions = ("rotate_signing_secret", "pause_tenants", "resume_tenants")
@@ -691,7 +692,7 @@ class RunAdmin(RecordAdmin):
     @admin.display(description="late by")
     def lateness(self, obj: Run) -> str:
         late_ms = (obj.started_at - obj.scheduled_for).total_seconds() * 1000
-        return f"{late_ms:.0f} ms"
+        return f"{late_ms:.0f} ms" + (f": {obj.delay_reason}" if obj.delay_reason else "")
 
     @admin.display(description="retry of")
     def retry_link(self, obj: Run) -> str:

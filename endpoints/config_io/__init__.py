@@ -9,6 +9,7 @@ The format (``export_config`` writes it, ``plan_import`` reads it; every key is 
         max_endpoints: 100            # tenant settings: omit to leave them as they are
         min_interval: 1s
         monthly_token_budget: 500000
+        host_rate_limits: {api.partner.com: 20}   # requests per second per target host
         hmac_secret: ${CRONICORN_SECRET_ACME_HMAC}
         channels:                     # alert channels (the notifications app)
           - name: oncall

@@ -146,6 +146,8 @@ TENANT_KEYS = {
     "max_endpoints": Key("max_endpoints", _whole),
     "min_interval": Key("min_interval_ms", _duration, _interval_to_file),
     "monthly_token_budget": Key("monthly_token_budget", _whole),
+    # Checked by the model's validation (host names, whole requests per second).
+    "host_rate_limits": Key("host_rate_limits", lambda value: value),
 }
 JOB_KEYS = {
     "description": Key("description", _text),

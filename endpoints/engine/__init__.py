@@ -5,6 +5,8 @@
   the runs that finish together, renews leases while it holds them.
 - ``running``: a run recorded before its request (one per claim), finished after it.
 - ``outcomes``: the next state of an endpoint after a run, written on the claim token.
+- ``host_limits``: a tenant's requests per second per target host, one budget for the
+  fleet; the dispatcher's runs wait for their start in it, a 429 pauses it.
 - ``maintenance``: lost runs, retention, the end of signing grace periods.
 - ``executor`` and ``guard``: the one HTTP executor and its SSRF guard.
 - ``sql``: the statements of every run in plain SQL; ``metrics`` and ``logs``: what the

@@ -12,7 +12,7 @@ import logging
 import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, TypedDict
 
@@ -51,6 +51,17 @@ class ClaimPayload(TypedDict):
 
 
 @dataclass(frozen=True)
+class Reservation:
+    """A start that a host's rate limit reserved for a claim (``host_limits``)."""
+
+    key: str  # tenant and host
+    at: float  # the start reserved, epoch seconds
+    generation: int  # the budget's generation then: a pause voids older reservations
+    since: datetime  # when the run would have started without the limit
+    paused: float = 0.0  # the end of the budget's last pause (a 429) when reserved
+
+
+@dataclass(frozen=True)
 class Claim:
     endpoint_id: int
     claim_token: uuid.UUID
@@ -58,6 +69,9 @@ class Claim:
     source: str
     trigger: str
     start_at: datetime | None = None  # a catch-up's start, when later than its slot
+    # A start its host's rate limit reserved (host_limits); only within the process
+    # that holds the claim, never in its payload.
+    held: Reservation | None = field(default=None, compare=False)
 
     @property
     def starts_at(self) -> datetime:

@@ -54,17 +54,13 @@ from django.conf import settings
 from django.db import close_old_connections, connections
 from django.utils import timezone
 
-from endpoints.engine import executor
+from endpoints.engine import executor, host_limits
 from endpoints.engine.claiming import Claim, spread_offset
+from endpoints.engine.host_limits import Held
+from endpoints.engine.leases import renew_leases
 from endpoints.engine.outcomes import Outcome
 from endpoints.engine.overlap_allow import Full
-from endpoints.engine.running import (
-    UNAVAILABLE,
-    Started,
-    record_outcomes,
-    renew_leases,
-    start_claims,
-)
+from endpoints.engine.running import UNAVAILABLE, Started, record_outcomes, start_claims
 from endpoints.models import Run
 
 logger = logging.getLogger("cronicorn.scheduler")
@@ -95,8 +91,9 @@ START_RETRY = 0.5
 
 # What starting a claim gives: a run to call, an outcome already called (test seams),
 # a run a scheduler error cut short, or None (nothing to run).
-# or FULL (its endpoint's ``overlap: {"allow": N}`` calls are all in flight: held for later).
-Start = Callable[[list[Claim]], Sequence[Started | Outcome | Run | Full | None]]
+# a claim its host's rate limit holds back (started again at its reserved time), or FULL
+# (its endpoint's ``overlap: {"allow": N}`` calls are all in flight: held for later).
+Start = Callable[[list[Claim]], Sequence[Started | Held | Outcome | Run | Full | None]]
 # Renews the leases of the claims and runs held: (claims, run ids) -> endpoint ids renewed.
 Renew = Callable[[list[Claim], list[int]], set[int]]
 
@@ -115,7 +112,7 @@ def freeze_startup_heap() -> None:
     gc.freeze()
 
 
-def start_due_claims(claims: list[Claim]) -> list[Started | Full | None]:
+def start_due_claims(claims: list[Claim]) -> list[Started | Held | Full | None]:
     """Record the Runs of claims due together on a starter thread, ahead of their time
     (``START_AHEAD``); their requests are sent at their time."""
     close_old_connections()  # this thread's connection may have gone stale between batches
@@ -206,8 +203,12 @@ class ClaimDispatcher:
         with self._condition:
             entries, self._heap = self._heap, []
         for entry in entries:
-            entry[3].cancel()
             self._held.discard(entry[2].claim_token)
+            # A claim held back (its host's limit, its overlap allowance) or tried again
+            # after an outage has a running future already: resolved with nothing, so no
+            # caller waits on it.
+            if not entry[3].cancel() and not entry[3].done():
+                entry[3].set_result(None)
         return [entry[2] for entry in sorted(entries)]
 
     def shutdown(self, *, timeout: float) -> bool:
@@ -353,7 +354,7 @@ class ClaimDispatcher:
             self._unavailable_since.pop(claim.claim_token, None)
         for (claim, future), item in zip(live, started, strict=True):
             if isinstance(item, Full):
-                self._hold(claim, future)
+                self._wait_for_a_call(claim, future)
             elif isinstance(item, Started):
                 with self._condition:
                     if not future.done():
@@ -366,6 +367,8 @@ class ClaimDispatcher:
                 request.add_done_callback(functools.partial(self._called, item, future))
             elif isinstance(item, Outcome):
                 self._hand_to_writer(item, future)
+            elif isinstance(item, Held):  # until its reserved start
+                self._hold(item.claim, future, until=item.claim.starts_at.timestamp())
             else:
                 future.set_result(item)
 
@@ -397,13 +400,21 @@ class ClaimDispatcher:
                 heapq.heappush(self._heap, (at + spread, next(self._order), claim, future))
             self._condition.notify()
 
-    def _hold(self, claim: Claim, future: Future[Any]) -> None:
-        """A claim of an endpoint whose ``overlap: {"allow": N}`` calls are all in flight:
-        kept (its lease renewed, as every claim held here) and started again in
-        ``START_RETRY`` seconds, until one of them has ended. Not given back: the next
-        tick would take it again and again, and another slot could pass it. Back among
-        the claims waiting for their time, it takes no place of ``max_in_flight`` and a
+    def _hold(self, claim: Claim, future: Future[Any], *, until: float) -> None:
+        """Back to the heap until ``until``, its lease renewed meanwhile as every waiting
+        claim's; not in flight: it holds no run, no place of ``max_in_flight``, and a
         shutdown gives it back (``drain_pending``) rather than wait for it."""
+        with self._condition:
+            self._in_flight.pop(future, None)
+            self._runs.pop(future, None)
+            heapq.heappush(self._heap, (until, next(self._order), claim, future))
+            self._condition.notify()
+
+    def _wait_for_a_call(self, claim: Claim, future: Future[Any]) -> None:
+        """A claim of an endpoint whose ``overlap: {"allow": N}`` calls are all in flight:
+        held and started again in ``START_RETRY`` seconds, until one of them has ended.
+        Not given back: the next tick would take it again and again, and another slot
+        could pass it."""
         if claim.claim_token not in self._held:
             self._held.add(claim.claim_token)
             logger.info(
@@ -413,11 +424,7 @@ class ClaimDispatcher:
                 claim.scheduled_for.isoformat(),
             )
             future.add_done_callback(lambda _f: self._held.discard(claim.claim_token))
-        with self._condition:
-            self._in_flight.pop(future, None)
-            at = time.time() + START_RETRY
-            heapq.heappush(self._heap, (at, next(self._order), claim, future))
-            self._condition.notify()
+        self._hold(claim, future, until=time.time() + START_RETRY)
 
     def _called(self, started: Started, future: Future[Any], request: Future[Any]) -> None:
         """On the HTTP event loop's thread: hand the outcome over, touch no database."""
@@ -473,6 +480,7 @@ class ClaimDispatcher:
         batch is tried again for up to ``WRITE_RETRY_SECONDS`` (its leases are renewed
         meanwhile), so a short outage loses no outcome."""
         outcomes = [outcome for outcome, _future, _at in batch]
+        self._note_429s(outcomes)
         gives_up = time.monotonic() + WRITE_RETRY_SECONDS
         wait = 0.1
         while True:
@@ -502,6 +510,15 @@ class ClaimDispatcher:
                 break
         for outcome, future, _at in batch:
             future.set_result(outcome.run)
+
+    @staticmethod
+    def _note_429s(outcomes: list[Outcome]) -> None:
+        """A 429 pauses its host's budget at once (``host_limits``); whatever goes wrong
+        there, the batch is still recorded."""
+        try:
+            host_limits.note_outcomes(outcomes)
+        except Exception as exc:
+            logger.warning("could not note the 429s of %d run(s): %r", len(outcomes), exc)
 
     def _next_batch(self) -> list[tuple[Outcome, Future[Any], float]]:
         """Up to ``WRITE_BATCH`` outcomes once the oldest has waited ``WRITE_LINGER``

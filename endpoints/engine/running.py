@@ -9,9 +9,10 @@ conditional ``update()`` whose row count says who won.
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, replace
@@ -44,6 +45,7 @@ from endpoints.engine.executor import (
     submit_request,
 )
 from endpoints.engine.follow_ups import cause_of
+from endpoints.engine.host_limits import Held, Paced, pace
 from endpoints.engine.logs import log_context, log_event
 from endpoints.engine.outcomes import (
     RESULT_STATUS,
@@ -77,10 +79,6 @@ from endpoints.wording import duration_words
 UNAVAILABLE = (OperationalError, InterfaceError)
 
 
-# Leases renewed per statement (SQLite allows a few thousand parameters).
-RENEW_CHUNK = 500
-
-
 # After a scheduler error (not an endpoint failure) the endpoint is tried again this late.
 ERROR_RETRY = timedelta(minutes=1)
 
@@ -102,6 +100,8 @@ class Started:
     claim: Claim
     run: Run
     started: datetime
+    # When it would have started but for its host's rate limit (``started`` otherwise).
+    unpaced: datetime | None = None
 
     def call(self, *, policy: NetworkPolicy | None = None) -> Future[HttpResult]:
         """Start the request on the HTTP event loop at ``started`` (at once if that has
@@ -164,7 +164,8 @@ class Started:
             return None
         if self.claim.source in (Source.MANUAL, Source.RETRY) or endpoint.retry_attempt:
             return None
-        late = self.started - self.claim.scheduled_for
+        # A rate limit's delay is not lateness: it delays a run, never skips it.
+        late = (self.unpaced or self.started) - self.claim.scheduled_for
         # Less than a tick after its slot is on time by the scheduler's own measure (its
         # timers' jitter): a shorter window counts as a tick, else 0 would skip every slot.
         tick = timedelta(seconds=settings.CRONICORN_TICK_SECONDS)
@@ -215,7 +216,7 @@ def call_claim(claim: Claim, *, policy: NetworkPolicy | None = None) -> Outcome 
     if isinstance(started, Full):  # overlap allow, its calls all in flight: left for later
         release_claims([claim])
         return None
-    if started is None:
+    if not isinstance(started, Started):  # never Held: not ``ahead``
         return None
     try:
         result = started.call_and_wait(policy=policy)
@@ -225,7 +226,9 @@ def call_claim(claim: Claim, *, policy: NetworkPolicy | None = None) -> Outcome 
     return started.outcome(result)
 
 
-def start_claims(claims: Sequence[Claim], *, ahead: bool = False) -> list[Started | Full | None]:
+def start_claims(
+    claims: Sequence[Claim], *, ahead: bool = False
+) -> list[Started | Held | Full | None]:
     """Record the Runs of claims that start together, before their requests.
 
     The endpoints are read in one query and the Runs of scheduled slots inserted in one
@@ -241,7 +244,9 @@ def start_claims(claims: Sequence[Claim], *, ahead: bool = False) -> list[Starte
     ``starts_at`` (or now, if that has passed): ``Started.call`` then sends each request
     at that time, so the database's latency is not the run's lateness, and the claims
     due within the dispatcher's lead share one transaction. The request's real start
-    replaces the recorded one when the run finishes.
+    replaces the recorded one when the run finishes. ``ahead`` also keeps each run within
+    its host's rate limit (``host_limits.pace``): it starts later, its Run saying why, or
+    its claim is given back as ``Held``, to be started again at its reserved time.
 
     Raises ``UNAVAILABLE`` when the database cannot be reached before anything was
     written, so the caller, which still holds the claims, may start them again shortly.
@@ -257,7 +262,7 @@ def start_claims(claims: Sequence[Claim], *, ahead: bool = False) -> list[Starte
     except Exception:
         _give_back(claims)
         return [None] * len(claims)
-    started: list[Started | Full | None] = [None] * len(claims)
+    started: list[Started | Held | Full | None] = [None] * len(claims)
     ready: dict[int, tuple[int, ClaimedEndpoint, Claim]] = {}  # by endpoint: one run each
     for index, claim in enumerate(claims):
         if claim.endpoint_id in ready:
@@ -273,8 +278,21 @@ def start_claims(claims: Sequence[Claim], *, ahead: bool = False) -> list[Starte
         if endpoint is not None:
             ready[claim.endpoint_id] = (index, endpoint, claim)
 
-    def start_of(claim: Claim) -> datetime:
+    def unpaced(claim: Claim) -> datetime:
+        if claim.held is not None:  # held back by its host's limit before
+            return claim.held.since
         return max(claim.starts_at, now) if ahead else now
+
+    # The dispatcher's runs keep within their hosts' rate limits: later, or held back.
+    paced = pace([(e, c, unpaced(c)) for _i, e, c in ready.values()], now=now) if ahead else {}
+    for endpoint_id, held in paced.items():
+        if isinstance(held, Held):
+            started[ready.pop(endpoint_id)[0]] = held
+
+    def start_of(claim: Claim) -> tuple[datetime, str]:
+        if isinstance(later := paced.get(claim.endpoint_id), Paced):
+            return later.start, later.delay_reason
+        return unpaced(claim), ""
 
     slots = [
         (i, e, c)
@@ -286,17 +304,20 @@ def start_claims(claims: Sequence[Claim], *, ahead: bool = False) -> list[Starte
         run: Run | Full | None = inserted.get(index)
         if run is None:
             try:
+                at, why = start_of(claim)
                 if side_by_side(endpoint):
-                    run = start_beside(endpoint, claim, start_of(claim), start_run=_start_run)
+                    paced_run = functools.partial(_start_run, delay_reason=why)
+                    run = start_beside(endpoint, claim, at, start_run=paced_run)
                 else:
-                    run = _start_run(endpoint, claim, start_of(claim))
+                    run = _start_run(endpoint, claim, at, why)
             except Exception:
                 _give_back([claim])
                 continue
         if isinstance(run, Full):
             started[index] = run
         elif run is not None:
-            started[index] = Started(endpoint, claim, run, start_of(claim))
+            start = start_of(claim)[0]
+            started[index] = Started(endpoint, claim, run, start, unpaced=unpaced(claim))
     return started
 
 
@@ -318,12 +339,13 @@ def _give_back(claims: Sequence[Claim]) -> None:
 
 
 def _insert_runs_of_slots(
-    slots: Sequence[tuple[int, ClaimedEndpoint, Claim]], start_of: Callable[[Claim], datetime]
+    slots: Sequence[tuple[int, ClaimedEndpoint, Claim]],
+    start_of: Callable[[Claim], tuple[datetime, str]],
 ) -> dict[int, Run]:
     """The Runs of several scheduled slots in one statement, by claim index. A slot that
     already has a Run (a reclaimed lease), or a statement that fails, is left to
     ``_start_run``, one by one."""
-    fields = [_run_fields(endpoint, claim, start_of(claim)) for _index, endpoint, claim in slots]
+    fields = [_run_fields(endpoint, claim, *start_of(claim)) for _index, endpoint, claim in slots]
     try:
         with statement_guard():
             ids = sql.insert_runs_of_slots(fields)
@@ -516,40 +538,6 @@ def _ensure_lease_at_start(
     return endpoint
 
 
-def renew_leases(claims: Sequence[Claim], runs: Sequence[int], *, now: datetime) -> set[int]:
-    """Extend the leases of claims a live process holds (waiting for their time, or with
-    their run in flight) and of those runs, to ``now`` + the lease. Only leases that have
-    not expired are renewed: an expired one may have passed to another claimer already.
-    Returns the endpoint ids whose claims were renewed."""
-    until = now + timedelta(seconds=settings.CRONICORN_LEASE_SECONDS)
-    renewed: set[int] = set()
-    for chunk in _chunks(claims, RENEW_CHUNK):
-        # Tokens are unique, so matching both lists is matching the pairs. Rows locked by
-        # a writer (a run being recorded: its lease is released anyway) are skipped, not
-        # waited for: the writer locks endpoint then slot rows in its own order, and a
-        # wait here could deadlock with it.
-        mine = Slot.objects.filter(
-            pk__in=[claim.endpoint_id for claim in chunk],
-            claim_token__in=[claim.claim_token for claim in chunk],
-            locked_until__gt=now,
-        ).select_for_update(skip_locked=True)
-        with transaction.atomic():
-            ids = list(mine.values_list("pk", flat=True))
-            Slot.objects.filter(pk__in=ids).update(locked_until=until)
-        renewed.update(ids)
-    for run_ids in _chunks(runs, RENEW_CHUNK):
-        in_flight = Run.objects.filter(
-            pk__in=run_ids, status=RunStatus.RUNNING, lease_expires_at__gt=now
-        ).select_for_update(skip_locked=True)
-        with transaction.atomic():
-            Run.objects.filter(pk__in=in_flight.values("pk")).update(lease_expires_at=until)
-    return renewed
-
-
-def _chunks(items: Sequence[Any], size: int) -> Iterable[Sequence[Any]]:
-    return (items[k : k + size] for k in range(0, len(items), size))
-
-
 def statement_guard() -> AbstractContextManager[Any]:
     """Lets a statement fail without spoiling the connection: a savepoint inside a
     transaction; nothing in autocommit (the hot path), where a failed statement is its own
@@ -557,7 +545,9 @@ def statement_guard() -> AbstractContextManager[Any]:
     return transaction.atomic() if connection.in_atomic_block else nullcontext()
 
 
-def _start_run(endpoint: ClaimedEndpoint, claim: Claim, started: datetime) -> Run | None:
+def _start_run(
+    endpoint: ClaimedEndpoint, claim: Claim, started: datetime, delay_reason: str = ""
+) -> Run | None:
     """Create the Run before the request; None if this claim's run exists already.
 
     One run per claim (DESIGN "Redelivery is a no-op"): a broker may deliver the same
@@ -569,7 +559,7 @@ def _start_run(endpoint: ClaimedEndpoint, claim: Claim, started: datetime) -> Ru
     other's run, with its own token. An earlier attempt under *another* token is a run
     whose lease expired (its worker stopped renewing it): only then is it retried.
     """
-    fields = _run_fields(endpoint, claim, started)
+    fields = _run_fields(endpoint, claim, started, delay_reason)
     if claim.trigger == RunTrigger.FOLLOW_UP:
         fields["caused_by"] = cause_of(endpoint.pk)
     previous = None
@@ -620,7 +610,9 @@ def _lost_reason(previous: Run, claim: Claim) -> str:
     )
 
 
-def _run_fields(endpoint: ClaimedEndpoint, claim: Claim, started: datetime) -> dict[str, Any]:
+def _run_fields(
+    endpoint: ClaimedEndpoint, claim: Claim, started: datetime, delay_reason: str = ""
+) -> dict[str, Any]:
     """The columns of a Run as it starts."""
     return {
         "endpoint_id": endpoint.pk,
@@ -639,6 +631,7 @@ def _run_fields(endpoint: ClaimedEndpoint, claim: Claim, started: datetime) -> d
         "retry_of_id": endpoint.retry_of_run if _attempt(endpoint, claim) > 1 else None,
         "response_truncated": False,
         "error": "",
+        "delay_reason": delay_reason,
     }
 
 

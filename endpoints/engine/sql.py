@@ -74,6 +74,10 @@ class ClaimedEndpoint:
     hmac_secret: str
     hmac_secret_previous: str  # during a rotation's grace period, else ""
     tenant_min_interval_ms: int
+    tenant_id: int
+    # The tenant's host rate limits as the database's JSON text: "{}" (none) is never
+    # decoded (engine.host_limits).
+    host_rate_limits_json: str
     # Run policy (endpoints.policies), the endpoint's and its job's, as the database's JSON
     # text: decoded only when their version is not resolved yet in this process.
     run_policy_json: str
@@ -107,6 +111,8 @@ _JOINED = {
         " THEN t.hmac_secret_previous ELSE '' END"
     ),
     "tenant_min_interval_ms": "t.min_interval_ms",
+    "tenant_id": "t.id",
+    "host_rate_limits_json": "CAST(t.host_rate_limits AS text)",
     "run_policy_json": "CAST(e.run_policy AS text)",
     "job_run_policy_json": "CAST(j.run_policy AS text)",
 }

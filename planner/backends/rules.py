@@ -192,7 +192,7 @@ def _failing(data: RulesInput, latest: Observation) -> Verdict:
 
 
 def retry_after(
-    headers: Mapping[str, str], body: Any, at: datetime, *, code: int, streak: int = 1
+    headers: Mapping[str, str], body: Any, at: datetime, *, code: int | None, streak: int = 1
 ) -> tuple[timedelta, str]:
     """How long a rate-limited answer (``code`` 429 or 503) asks us to wait, and where
     that came from: the Retry-After header (RFC 9110: seconds or an HTTP date), else the

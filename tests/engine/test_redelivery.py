@@ -20,7 +20,8 @@ from django.utils import timezone
 from endpoints.engine import dispatch, outcomes, running, sql
 from endpoints.engine.claiming import SPREAD_OVER, Claim, claim_due_endpoints, tick
 from endpoints.engine.dispatch import ClaimDispatcher
-from endpoints.engine.running import execute_claim, renew_leases, start_claims
+from endpoints.engine.leases import renew_leases
+from endpoints.engine.running import execute_claim, start_claims
 from endpoints.models import Endpoint, Run, RunStatus, RunTrigger, Slot, Source
 from endpoints.operations import run_now
 from tests.engine_processes import wait_until
