@@ -202,7 +202,7 @@ def retry_after(
     given = given_wait(headers, body, at)
     if given is not None:
         return given
-    first = FIRST_PAUSE_WITHOUT_RETRY_AFTER.get(code, FIRST_PAUSE_WITHOUT_RETRY_AFTER[503])
+    first = FIRST_PAUSE_WITHOUT_RETRY_AFTER[429 if code == 429 else 503]
     default = first * 2 ** min(max(streak, 1) - 1, 5)
     in_a_row = f" ({streak} rate-limited answers in a row)" if streak > 1 else ""
     return default, f"without Retry-After: backing off {_seconds(default)}{in_a_row}"
