@@ -571,6 +571,8 @@ def scenario(args: dict[str, Any]) -> dict[str, Any]:
         CRONICORN_API_CACHE_URL=broker,  # one rate count per key across the web processes
         CRONICORN_MAX_IN_FLIGHT=str(args["in_flight"]),
         CRONICORN_WEB_NICE=str(args["web_nice"]),
+        CRONICORN_SCHEDULER_CPUS=args["scheduler_cpus"],
+        CRONICORN_WEB_CPUS=args["web_cpus"],
     )
     fresh_database(url)
     setup_django(url, **env)
@@ -740,6 +742,8 @@ def main() -> None:
     parser.add_argument("--web-workers", type=int, default=6, help="gunicorn sync workers")
     parser.add_argument("--in-flight", type=int, default=200, help="CRONICORN_MAX_IN_FLIGHT")
     parser.add_argument("--web-nice", type=int, default=10, help="CRONICORN_WEB_NICE (0: none)")
+    parser.add_argument("--scheduler-cpus", default="", help="CRONICORN_SCHEDULER_CPUS, e.g. 0")
+    parser.add_argument("--web-cpus", default="", help="CRONICORN_WEB_CPUS, e.g. 1")
     parser.add_argument("--max-requests", type=int, default=20_000, help="per client loop")
     parser.add_argument("--broker", default="", help="Redis URL (default: db 8), flushed")
     parser.add_argument("--database-suffix", default="", help="cc_bench_noisy_<engine><suffix>")
@@ -780,8 +784,14 @@ if __name__ == "__main__":
         print(json.dumps(scenario(json.loads(sys.argv[2])), default=str))
     elif role == "hostile":
         # A's clients stand for machines elsewhere: they yield the CPU to the system under
-        # test (its web workers, the engine) rather than compete with it as equals.
+        # test (its web workers, the engine) rather than compete with it as equals, and
+        # keep off the scheduler's cores when it has its own.
         os.nice(10)
+        if web_cpus := os.environ.get("CRONICORN_WEB_CPUS"):
+            sys.path.insert(0, str(ROOT))
+            from endpoints.cpus import cpu_list
+
+            os.sched_setaffinity(0, cpu_list(web_cpus, "--web-cpus"))
         Path(sys.argv[3]).write_text(json.dumps(hostile(json.loads(sys.argv[2]))))
     elif role == "slow-target":
         asyncio.run(slow_target(int(sys.argv[2]), float(sys.argv[3])))

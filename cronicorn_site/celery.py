@@ -7,7 +7,7 @@ import os
 from typing import Any
 
 from celery import Celery
-from celery.signals import setup_logging
+from celery.signals import beat_init, setup_logging, worker_init
 
 from cronicorn_site.startup import load_settings_or_exit
 
@@ -25,6 +25,15 @@ def use_django_logging(**_: Any) -> None:
     from django.conf import settings
 
     logging.config.dictConfig(settings.LOGGING)
+
+
+@worker_init.connect
+@beat_init.connect
+def keep_to_the_scheduler_cores(**_: Any) -> None:
+    """A worker or beat keeps to CRONICORN_SCHEDULER_CPUS, before its pool's threads."""
+    from endpoints.cpus import keep_to_the_scheduler_cores as keep
+
+    keep()
 
 
 app = Celery("cronicorn")

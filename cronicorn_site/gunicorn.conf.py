@@ -42,6 +42,8 @@ limit_request_fields = settings.CRONICORN_WEB_MAX_HEADERS
 
 
 def post_fork(server: Any, worker: Any) -> None:
-    """Each worker yields the CPU to the scheduler (CRONICORN_WEB_NICE); the arbiter,
-    which only watches them, keeps its priority."""
-    os.nice(settings.CRONICORN_WEB_NICE)
+    """Each worker yields the CPU to the scheduler (CRONICORN_WEB_NICE, CRONICORN_WEB_CPUS);
+    the arbiter, which only watches them, keeps its priority."""
+    from endpoints.cpus import yield_to_the_scheduler
+
+    yield_to_the_scheduler()

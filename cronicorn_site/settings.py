@@ -17,6 +17,8 @@ import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 from dotenv import dotenv_values
 
+from endpoints.cpus import cpu_list
+
 BASE_DIR = Path(__file__).resolve().parent.parent
 
 
@@ -351,6 +353,14 @@ CACHES = {
 # is time, the web's is throughput: a tenant's load on the API must not make another
 # tenant's runs late. On a machine or container of its own, a web process is unaffected.
 CRONICORN_WEB_NICE = env_int("CRONICORN_WEB_NICE", 10, minimum=0, maximum=19)
+# Where the CPU cannot be shared fairly enough (2 cores, a hostile tenant's requests
+# filling both), the scheduler's processes (runscheduler, the Celery workers) and the web
+# processes may keep to cores of their own: a CPU list as the kernel writes one ("0",
+# "1-3", "0,2"), empty for any core (endpoints/cpus.py; bench/noisy_neighbour.py).
+CRONICORN_SCHEDULER_CPUS = cpu_list(
+    env_str("CRONICORN_SCHEDULER_CPUS", ""), "CRONICORN_SCHEDULER_CPUS"
+)
+CRONICORN_WEB_CPUS = cpu_list(env_str("CRONICORN_WEB_CPUS", ""), "CRONICORN_WEB_CPUS")
 CRONICORN_WEB_MAX_REQUEST_LINE = 8190
 CRONICORN_WEB_MAX_HEADER_BYTES = 8190
 CRONICORN_WEB_MAX_HEADERS = 100

@@ -26,9 +26,10 @@ class Command(BaseCommand):
     def handle(self, *args: Any, **options: Any) -> None:
         if options["http"]:
             import uvicorn
-            from django.conf import settings
 
-            os.nice(settings.CRONICORN_WEB_NICE)  # yields the CPU to the scheduler
+            from endpoints.cpus import yield_to_the_scheduler
+
+            yield_to_the_scheduler()
 
             uvicorn.run(
                 "cronicorn_site.asgi:application",

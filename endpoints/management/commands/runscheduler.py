@@ -11,6 +11,7 @@ from typing import Any
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
+from endpoints.cpus import keep_to_the_scheduler_cores
 from endpoints.embedded import EmbeddedScheduler, load_cycle
 from endpoints.engine.dispatch import freeze_startup_heap
 from endpoints.wording import count_words, duration_words
@@ -70,6 +71,7 @@ class Command(BaseCommand):
     ) -> None:
         if quiet:
             logger.setLevel(logging.WARNING)
+        keep_to_the_scheduler_cores()  # before the scheduler's threads start
         stop = threading.Event()
 
         def request_stop(signum: int, frame: FrameType | None) -> None:
