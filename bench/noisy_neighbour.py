@@ -28,7 +28,10 @@ ones later: at the tenant's floor an interval plans from the run's start) and th
 lateness (``started_at - scheduled_for``) p50/p99/max; B's request times p50/p99, each
 counted from its planned start (a stall counts for every request it delays); and the
 ratios hostile/idle.
-Engines: ``runscheduler`` (PostgreSQL) and, with ``--only runscheduler,celery``, Celery
+With ``--scheduler-cpus 0 --web-cpus 1`` the scheduler has core 0 to itself
+(CRONICORN_SCHEDULER_CPUS) and the rest stands on core 1: the web (CRONICORN_WEB_CPUS) and,
+as machines of their own would, the targets, the clients and this database's PostgreSQL
+backends. Engines: ``runscheduler`` (PostgreSQL) and, with ``--only runscheduler,celery``, Celery
 (beat, tick and execute workers). Every client loop is bounded by its window and by
 ``--max-requests``.
 
@@ -38,7 +41,6 @@ Engines: ``runscheduler`` (PostgreSQL) and, with ``--only runscheduler,celery``,
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import math
 import os
@@ -505,13 +507,19 @@ def _up(url: str) -> bool:
 
 def start_world(args: dict[str, Any], procs: Processes) -> dict[str, Any]:
     """The two targets, the tenants, the web and MCP servers."""
+    from endpoints.cpus import cpu_list
+
     fast_port, slow_port = free_port(), free_port()
     procs.start("noisy-fast", [sys.executable, "bench/fast_server.py", str(fast_port)])
-    slow = [sys.executable, __file__, "slow-target", str(slow_port), str(args["slow_seconds"])]
+    slow = [sys.executable, "bench/slow_server.py", str(slow_port), str(args["slow_seconds"])]
     procs.start("noisy-slow", slow)
     for name in ("noisy-fast", "noisy-slow"):
         if not wait_until(lambda name=name: "ready" in procs.log(name), timeout=20):
             raise RuntimeError(f"{name} did not start")
+        if args["web_cpus"]:  # the targets, B's clients (this process) stand for elsewhere
+            os.sched_setaffinity(procs.children[name].pid, cpu_list(args["web_cpus"], "-"))
+    if args["web_cpus"]:
+        os.sched_setaffinity(0, cpu_list(args["web_cpus"], "--web-cpus"))
     world = make_tenants(args["b_endpoints"], f"http://127.0.0.1:{fast_port}/ping")
     world["site"], world["mcp"] = serve_web(procs, args["web_workers"])
     world["api"], world["slow_url"] = f"{world['site']}/api/v1", f"http://127.0.0.1:{slow_port}/"
@@ -622,12 +630,18 @@ def scenario(args: dict[str, Any]) -> dict[str, Any]:
         # database's name (first: the name holds the engine's), the rest by command line.
         parts = [("postgres", f" {url.rsplit('/', 1)[1]} "),
                  ("A's clients", "noisy_neighbour.py hostile"), ("targets", "fast_server.py"),
-                 ("targets", "slow-target"), ("B's clients", "noisy_neighbour.py"),
+                 ("targets", "slow_server.py"), ("B's clients", "noisy_neighbour.py"),
                  ("engine", "runscheduler"), ("engine", "celery"), ("web", "gunicorn"),
                  ("web", "manage.py mcp"), ("redis", "redis-server")]  # fmt: skip
         for name, (start, end) in windows.items():
             time.sleep(max(0.0, start - time.time()))
             before, processes = machine_busy(), cpu_by_process(parts)
+            if args["web_cpus"]:  # PostgreSQL too stands on a machine of its own
+                from endpoints.cpus import cpu_list
+
+                web_cpus = cpu_list(args["web_cpus"], "--web-cpus")
+                for pid in (pid for pid, (part, _) in processes.items() if part == "postgres"):
+                    os.sched_setaffinity(pid, web_cpus)
             time.sleep(max(0.0, end - time.time()))
             cpu[name] = cores_busy(before, machine_busy())
             by_part[name] = cores_by_part(processes, cpu_by_process(parts), end - start)
@@ -653,34 +667,6 @@ def scenario(args: dict[str, Any]) -> dict[str, Any]:
         result["load_after"] = load()
         result["alive"] = {name: child.poll() is None for name, child in procs.children.items()}
     return result
-
-
-# --- the slow target ------------------------------------------------------------------
-
-
-async def slow_target(port: int, delay: float) -> None:
-    """Answers every request with a 503 after ``delay`` seconds; prints ``ready``."""
-
-    async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        try:
-            await reader.readuntil(b"\r\n\r\n")
-            await asyncio.sleep(delay)
-            body = b'{"status": "busy"}'
-            writer.write(
-                b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\n"
-                + f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n".encode()
-                + body
-            )
-            await writer.drain()
-        except (OSError, asyncio.IncompleteReadError, asyncio.LimitOverrunError):
-            pass
-        finally:
-            writer.close()
-
-    server = await asyncio.start_server(answer, "127.0.0.1", port, backlog=1024)
-    print("ready", flush=True)
-    async with server:
-        await server.serve_forever()
 
 
 # --- the report -----------------------------------------------------------------------
@@ -793,7 +779,5 @@ if __name__ == "__main__":
 
             os.sched_setaffinity(0, cpu_list(web_cpus, "--web-cpus"))
         Path(sys.argv[3]).write_text(json.dumps(hostile(json.loads(sys.argv[2]))))
-    elif role == "slow-target":
-        asyncio.run(slow_target(int(sys.argv[2]), float(sys.argv[3])))
     else:
         main()

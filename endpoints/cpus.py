@@ -13,6 +13,7 @@ threads (and theirs) inherit the choice.
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable
 from pathlib import Path
 
 from django.conf import settings
@@ -50,12 +51,11 @@ def keep_to_the_scheduler_cores() -> None:
 def _keep_to(name: str, cpus: frozenset[int]) -> None:
     if not cpus:
         return
-    available = os.sched_getaffinity(0)
-    if cpus - available:
-        missing, has = sorted(cpus - available), sorted(available)
+    machine = set(range(os.cpu_count() or 1))
+    if cpus - machine:
         raise ImproperlyConfigured(
-            f"{name} names CPUs this process cannot run on ({_words(missing)}); it may use "
-            f"{_words(has)}: name some of those."
+            f"{name} names CPUs this machine does not have ({_words(sorted(cpus - machine))}); "
+            f"it has {_words(sorted(machine))}: name some of those."
         )
     # Every thread of the process, those already started (a library's) included: the
     # affinity is a thread's own, and only threads started after it inherit it.
@@ -64,7 +64,12 @@ def _keep_to(name: str, cpus: frozenset[int]) -> None:
             os.sched_setaffinity(int(task.name), cpus)
         except ProcessLookupError:  # a thread that ended meanwhile
             continue
+        except OSError as exc:  # none of them in this process's cpuset (a container's)
+            raise ImproperlyConfigured(
+                f"{name} names CPUs this process may not use ({exc.strerror}); name CPUs of "
+                "its cpuset (its container's)."
+            ) from None
 
 
-def _words(cpus: list[int]) -> str:
+def _words(cpus: Iterable[int]) -> str:
     return ", ".join(map(str, cpus))

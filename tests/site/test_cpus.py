@@ -63,7 +63,7 @@ def test_a_cpu_the_process_may_not_use_is_refused_before_anything_moves(settings
     with pytest.raises(ImproperlyConfigured) as refused:
         keep_to_the_scheduler_cores()
     assert str(refused.value).startswith(
-        "CRONICORN_SCHEDULER_CPUS names CPUs this process cannot run on (4096); it may use "
+        "CRONICORN_SCHEDULER_CPUS names CPUs this machine does not have (4096); it has 0"
     )
     assert os.sched_getaffinity(0) == set(CPUS)
 
