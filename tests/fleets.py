@@ -13,7 +13,7 @@ a fleet still running a test's endpoints turned into a deadlock (issue 31).
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -44,20 +44,30 @@ class Fleet:
 
 @contextmanager
 def celery_fleet(
-    logs: Path, *, tick_queues: Sequence[str] = ("tick", "maintenance"), **env: str
+    logs: Path,
+    *,
+    tick_queues: Sequence[str] = ("tick", "maintenance"),
+    execute_workers: int = 1,
+    execute_threads: int = 8,
+    **env: str,
 ) -> Iterator[Fleet]:
-    """Beat, a worker on ``tick_queues`` (2 threads) and one on ``execute`` (8 threads),
-    with ``env`` added to the environment, until the block ends."""
+    """Beat, a worker on ``tick_queues`` (2 threads) and ``execute_workers`` on
+    ``execute`` (each its own dispatcher, of ``execute_threads``), with ``env`` added to
+    the environment, until the block ends."""
     clear_broker()
     environment = process_env(DATABASE_URL=child_database_url(), **env)
     ticker, tick_name = celery_worker(list(tick_queues), concurrency=2)
-    executor, execute_name = celery_worker(["execute"], concurrency=8)
-    with (
-        running(ticker, env=environment, log=logs / "tick.log"),
-        running(executor, env=environment, log=logs / "execute.log"),
-        running(celery_beat(logs / "beat-schedule"), env=environment, log=logs / "beat.log"),
-    ):
-        wait_for_workers([tick_name, execute_name])
+    executors = [
+        celery_worker(["execute"], concurrency=execute_threads) for _ in range(execute_workers)
+    ]
+    with ExitStack() as stack:
+        stack.enter_context(running(ticker, env=environment, log=logs / "tick.log"))
+        for k, (executor, _name) in enumerate(executors, start=1):
+            log = logs / ("execute.log" if execute_workers == 1 else f"execute-{k}.log")
+            stack.enter_context(running(executor, env=environment, log=log))
+        beat = celery_beat(logs / "beat-schedule")
+        stack.enter_context(running(beat, env=environment, log=logs / "beat.log"))
+        wait_for_workers([tick_name, *(name for _executor, name in executors)])
         yield Fleet(logs)
 
 

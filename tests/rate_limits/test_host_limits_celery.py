@@ -6,9 +6,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterator
-from dataclasses import dataclass
 from datetime import datetime, timedelta
-from pathlib import Path
 
 import pytest
 import redis
@@ -16,18 +14,11 @@ from django.conf import settings
 from django.utils import timezone
 
 from endpoints.engine.host_limits import KEY_PREFIX
-from endpoints.models import Endpoint, Heartbeat, Job, JobStatus, Run, RunStatus, Slot
+from endpoints.models import Endpoint, Job, JobStatus, Run, RunStatus, Slot
 from endpoints.past import RATE_LIMITED, explain_past
-from tests.engine_processes import (
-    celery_beat,
-    celery_worker,
-    child_database_url,
-    clear_broker,
-    process_env,
-    running,
-    wait_for_workers,
-    wait_until,
-)
+from tests import fleets
+from tests.engine_processes import wait_until
+from tests.fleets import Fleet
 from tests.http_targets import TargetServer
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
@@ -35,55 +26,22 @@ pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 DAY_MS = 86_400_000
 
 
-@dataclass(frozen=True)
-class Fleet:
-    logs: Path
-
-    def tail(self) -> str:
-        return "\n".join(
-            f"--- {log.name}\n{log.read_text(errors='replace')[-2000:]}"
-            for log in sorted(self.logs.glob("*.log"))
-        )
-
-
 @pytest.fixture(scope="module")
 def celery_fleet(
     django_db_setup: None, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Fleet]:
     logs = tmp_path_factory.mktemp("rate-limit-fleet")
-    clear_broker()
-    env = process_env(DATABASE_URL=child_database_url())
-    ticker, tick_name = celery_worker(["tick", "maintenance"], concurrency=2)
-    first, first_name = celery_worker(["execute"], concurrency=4)
-    second, second_name = celery_worker(["execute"], concurrency=4)
-    with (
-        running(ticker, env=env, log=logs / "tick.log"),
-        running(first, env=env, log=logs / "execute-1.log"),
-        running(second, env=env, log=logs / "execute-2.log"),
-        running(celery_beat(logs / "beat-schedule"), env=env, log=logs / "beat.log"),
-    ):
-        wait_for_workers([tick_name, first_name, second_name])
-        yield Fleet(logs)
+    with fleets.celery_fleet(logs, execute_workers=2, execute_threads=4) as fleet:
+        yield fleet
 
 
 @pytest.fixture
 def fleet(celery_fleet: Fleet, transactional_db: None) -> Iterator[Fleet]:
-    """The fleet ticking into this test's database, idle again before it is emptied."""
+    """The fleet ticking into this test's database, each host's budget fresh."""
     budgets = redis.Redis.from_url(settings.CELERY_BROKER_URL)
     for key in budgets.scan_iter(f"{KEY_PREFIX}*"):
         budgets.delete(key)
-    ticked = wait_until(lambda: Heartbeat.objects.filter(name="tick").exists(), timeout=60)
-    assert ticked, celery_fleet.tail()
-    yield celery_fleet
-    Job.objects.update(status=JobStatus.PAUSED)
-    idle = wait_until(
-        lambda: (
-            not Slot.objects.filter(claim_token__isnull=False).exists()
-            and not Run.objects.filter(status=RunStatus.RUNNING).exists()
-        ),
-        timeout=120,
-    )
-    assert idle, celery_fleet.tail()
+    yield from fleets.ticking_into_this_test(celery_fleet)
 
 
 def due_together(job: Job, target: TargetServer, count: int) -> datetime:
