@@ -1,6 +1,6 @@
 """What one key (or admin user) may take of the web processes, whatever its rate limit
-allows: a few requests in flight at once (``in_flight``), and a share of a CPU core
-(``cpu_budget``). Both are counted in the ``api`` cache, like the rate limit (``auth``):
+allows: a few requests in flight at once (``in_flight``), and, when set, a share of a
+CPU core (``cpu_budget``). Both are counted in the ``api`` cache, like the rate limit (``auth``):
 Redis when CRONICORN_API_CACHE_URL names one, shared by every web process; each
 process's memory otherwise. Every REST operation and MCP tool call, and the admin's live
 run preview, passes both.
