@@ -633,15 +633,13 @@ def scenario(args: dict[str, Any]) -> dict[str, Any]:
                  ("targets", "slow_server.py"), ("B's clients", "noisy_neighbour.py"),
                  ("engine", "runscheduler"), ("engine", "celery"), ("web", "gunicorn"),
                  ("web", "manage.py mcp"), ("redis", "redis-server")]  # fmt: skip
+        if args["web_cpus"]:  # PostgreSQL too stands on a machine of its own
+            threading.Thread(
+                target=keep_postgres_to, args=(args, parts, hostile[1]), daemon=True
+            ).start()
         for name, (start, end) in windows.items():
             time.sleep(max(0.0, start - time.time()))
             before, processes = machine_busy(), cpu_by_process(parts)
-            if args["web_cpus"]:  # PostgreSQL too stands on a machine of its own
-                from endpoints.cpus import cpu_list
-
-                web_cpus = cpu_list(args["web_cpus"], "--web-cpus")
-                for pid in (pid for pid, (part, _) in processes.items() if part == "postgres"):
-                    os.sched_setaffinity(pid, web_cpus)
             time.sleep(max(0.0, end - time.time()))
             cpu[name] = cores_busy(before, machine_busy())
             by_part[name] = cores_by_part(processes, cpu_by_process(parts), end - start)
@@ -670,6 +668,22 @@ def scenario(args: dict[str, Any]) -> dict[str, Any]:
 
 
 # --- the report -----------------------------------------------------------------------
+
+
+def keep_postgres_to(args: dict[str, Any], parts: list[tuple[str, str]], until: float) -> None:
+    """This database's PostgreSQL backends on the web's cores until ``until``, each one
+    as it comes (a web process's connection is opened again after CONN_MAX_AGE)."""
+    from endpoints.cpus import cpu_list
+
+    cpus = cpu_list(args["web_cpus"], "--web-cpus")
+    while time.time() < until:
+        for pid, (part, _spent) in cpu_by_process(parts).items():
+            if part == "postgres":
+                try:
+                    os.sched_setaffinity(pid, cpus)
+                except ProcessLookupError:
+                    continue
+        time.sleep(0.5)
 
 
 def ratio(hostile: float | None, idle: float | None) -> str:
