@@ -1,8 +1,8 @@
 """What one key (or admin user) may take of the web processes, whatever its rate limit
 allows: a few requests in flight at once (``in_flight``), and, when set, a share of a
-CPU core (``cpu_budget``). Both are counted in the ``api`` cache, like the rate limit (``auth``):
-Redis when CRONICORN_API_CACHE_URL names one, shared by every web process; each
-process's memory otherwise. Every REST operation and MCP tool call, and the admin's live
+CPU core (``cpu_budget``). Both are counted in the ``api`` cache, like the rate limit
+(``auth``): Redis when CRONICORN_API_CACHE_URL names one, shared by every web process;
+each process's memory otherwise. Every REST operation and MCP tool call, and the admin's live
 run preview, passes both.
 """
 
@@ -81,8 +81,10 @@ def cpu_budget(principal: Principal) -> Iterator[None]:
     a core in the current window of CPU_WINDOW_SECONDS, and charge this one's CPU to the
     window it ends in. A rate limit counts requests, which differ a thousandfold in cost
     (a preview of 100 runs of the largest window policy against a list of one job): a
-    key within its rate can still keep every web worker busy, and the scheduler's
-    machine with them. GitHub's secondary rate limit counts CPU time the same way.
+    key within its rate can still keep the web workers busy that others' requests wait
+    for. GitHub's secondary rate limit counts CPU time the same way. (It does not keep a
+    shared machine's cores free for the scheduler: a client in a loop turns each refusal
+    into another request; ``endpoints.cpus`` does that.)
 
     The CPU is this thread's (``time.thread_time``): a request runs whole in one thread
     (a gunicorn sync worker, an MCP call's pool thread), so it is the request's, and the

@@ -71,7 +71,7 @@ def preview_view(
     if principal is None:
         raise PermissionDenied
     try:
-        # Sent as a person types: the user's share of a core bounds it, as the API's.
+        # Sent as a person types: the user's share of a core, when set, bounds it.
         with cpu_budget(principal):
             return _answer(model_admin, request, endpoint)
     except OverCpuBudget as refused:
