@@ -59,3 +59,13 @@ def machine_busy() -> tuple[float, float]:
 def cores_busy(before: tuple[float, float], after: tuple[float, float]) -> float:
     busy, total = after[0] - before[0], after[1] - before[1]
     return round(busy / max(total, 1e-9) * (os.cpu_count() or 1), 2)
+
+
+def move_to(pids: Sequence[int], cpus: Sequence[int] | frozenset[int]) -> None:
+    """Every thread of these processes onto ``cpus`` (one gone meanwhile is skipped)."""
+    for pid in pids:
+        try:
+            for task in Path(f"/proc/{pid}/task").iterdir():
+                os.sched_setaffinity(int(task.name), cpus)
+        except (FileNotFoundError, ProcessLookupError):
+            continue

@@ -27,13 +27,11 @@ slots scheduled in it (fewer than one a second each when late starts push the ne
 ones later: at the tenant's floor an interval plans from the run's start) and their start
 lateness (``started_at - scheduled_for``) p50/p99/max; B's request times p50/p99, each
 counted from its planned start (a stall counts for every request it delays); and the
-ratios hostile/idle.
-With ``--scheduler-cpus 0 --web-cpus 1`` the scheduler has core 0 to itself
-(CRONICORN_SCHEDULER_CPUS) and the rest stands on core 1: the web (CRONICORN_WEB_CPUS) and,
-as machines of their own would, the targets, the clients and this database's PostgreSQL
-backends. Engines: ``runscheduler`` (PostgreSQL) and, with ``--only runscheduler,celery``, Celery
-(beat, tick and execute workers). Every client loop is bounded by its window and by
-``--max-requests``.
+ratios hostile/idle. ``--scheduler-cpus 0 --web-cpus 1``: the scheduler alone on core 0,
+the rest on core 1 (the web; as machines of their own, the targets, the clients, this
+database's PostgreSQL backends and the broker's Redis). Engines: ``runscheduler``
+(PostgreSQL), ``--only runscheduler,celery`` adds Celery (beat, tick, execute workers).
+Every client loop is bounded by its window and by ``--max-requests``.
 
     .venv/bin/python bench/noisy_neighbour.py [--only runscheduler,celery] [--hostile 30]
 """
@@ -72,7 +70,7 @@ from _common import (
     wait_until,
     write_results,
 )
-from _cpu import cores_busy, cores_by_part, cpu_by_process, machine_busy
+from _cpu import cores_busy, cores_by_part, cpu_by_process, machine_busy, move_to
 from _scenario import (
     LOGS,
     Params,
@@ -633,9 +631,9 @@ def scenario(args: dict[str, Any]) -> dict[str, Any]:
                  ("targets", "slow_server.py"), ("B's clients", "noisy_neighbour.py"),
                  ("engine", "runscheduler"), ("engine", "celery"), ("web", "gunicorn"),
                  ("web", "manage.py mcp"), ("redis", "redis-server")]  # fmt: skip
-        if args["web_cpus"]:  # PostgreSQL too stands on a machine of its own
+        if args["web_cpus"]:  # PostgreSQL and Redis too stand on machines of their own
             threading.Thread(
-                target=keep_postgres_to, args=(args, parts, hostile[1]), daemon=True
+                target=keep_others_to, args=(args, parts, hostile[1]), daemon=True
             ).start()
         for name, (start, end) in windows.items():
             time.sleep(max(0.0, start - time.time()))
@@ -670,20 +668,21 @@ def scenario(args: dict[str, Any]) -> dict[str, Any]:
 # --- the report -----------------------------------------------------------------------
 
 
-def keep_postgres_to(args: dict[str, Any], parts: list[tuple[str, str]], until: float) -> None:
-    """This database's PostgreSQL backends on the web's cores until ``until``, each one
-    as it comes (a web process's connection is opened again after CONN_MAX_AGE)."""
+def keep_others_to(args: dict[str, Any], parts: list[tuple[str, str]], until: float) -> None:
+    """This database's PostgreSQL backends (each as it comes: a web process's connection
+    is opened again after CONN_MAX_AGE) and the broker's Redis server on the web's cores
+    until ``until``, as machines of their own would be; Redis on every core again after."""
+    import redis
+
     from endpoints.cpus import cpu_list
 
     cpus = cpu_list(args["web_cpus"], "--web-cpus")
+    broker = int(redis.Redis.from_url(args["broker"] or BROKER_URL).info("server")["process_id"])
     while time.time() < until:
-        for pid, (part, _spent) in cpu_by_process(parts).items():
-            if part == "postgres":
-                try:
-                    os.sched_setaffinity(pid, cpus)
-                except ProcessLookupError:
-                    continue
+        pids = [pid for pid, (part, _) in cpu_by_process(parts).items() if part == "postgres"]
+        move_to([*pids, broker], cpus)
         time.sleep(0.5)
+    move_to([broker], range(os.cpu_count() or 1))
 
 
 def ratio(hostile: float | None, idle: float | None) -> str:
