@@ -175,6 +175,7 @@ SCENARIOS: dict[str, Scenario] = {
     "execute-sigstop-retries": Scenario(stop_execute_worker, replace(RETRYING, execute_workers=2)),
     "execute-sigkill-allow": Scenario(kill_execute_worker_and_outlive_its_leases, SIDE_BY_SIDE),
     "redis-restart-allow": Scenario(restart_redis, SIDE_BY_SIDE),
+    "connection-drop-allow": Scenario(drop_broker_connections, SIDE_BY_SIDE),
     "two-beats": Scenario(run_for_a_window, Shape(beats=2, tick_workers=2)),
     "duplicate-publish": Scenario(publish_execute_messages_twice, AHEAD_OF_THE_SLOT),
     "visibility-timeout": Scenario(run_for_a_window, QUIET_SLOW_ENDPOINTS),

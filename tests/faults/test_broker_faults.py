@@ -30,6 +30,15 @@ def test_after_a_5_s_redis_outage_every_endpoint_runs_again_within_the_lease_win
     assert broken_promises(outcome, recovery_window=RECOVERY_WINDOW) == {}
 
 
+def test_a_dropped_broker_connection_with_three_calls_of_each_endpoint_in_flight_runs_no_slot_twice(
+    run_scenario,
+):
+    """Issue 34, ``overlap: {"allow": 3}``: the workers' broker connections killed mid-call."""
+    outcome = run_scenario("connection-drop-allow")
+    assert broken_promises(outcome, recovery_window=RECOVERY_WINDOW) == {}
+    assert_side_by_side(outcome)
+
+
 def test_a_redis_restart_with_three_calls_of_each_endpoint_in_flight_runs_no_slot_twice(
     run_scenario,
 ):
