@@ -4,7 +4,7 @@ process's summed by the part of the system it belongs to."""
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from pathlib import Path
 
 CLK_TCK = os.sysconf("SC_CLK_TCK")
@@ -69,3 +69,20 @@ def move_to(pids: Sequence[int], cpus: Sequence[int] | frozenset[int]) -> None:
                 os.sched_setaffinity(int(task.name), cpus)
         except (FileNotFoundError, ProcessLookupError):
             continue
+
+
+def stolen(cpus: Collection[int] | None = None) -> tuple[float, float]:
+    """(steal, total) seconds so far of the cores ``cpus`` (every core when None), from
+    /proc/stat: steal is the time the hypervisor ran something else while they had work."""
+    steal = total = 0
+    for line in Path("/proc/stat").read_text().splitlines():
+        name, *values = line.split()
+        if not (name.startswith("cpu") and name[3:].isdigit()):
+            continue
+        if cpus is None or int(name[3:]) in cpus:
+            steal, total = steal + int(values[7]), total + sum(int(v) for v in values[:8])
+    return steal / CLK_TCK, total / CLK_TCK
+
+
+def steal_percent(before: tuple[float, float], after: tuple[float, float]) -> float:
+    return round(100 * (after[0] - before[0]) / max(after[1] - before[1], 1e-9), 1)

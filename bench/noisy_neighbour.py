@@ -73,7 +73,15 @@ from _common import (
     wait_until,
     write_results,
 )
-from _cpu import cores_busy, cores_by_part, cpu_by_process, machine_busy, move_to
+from _cpu import (
+    cores_busy,
+    cores_by_part,
+    cpu_by_process,
+    machine_busy,
+    move_to,
+    steal_percent,
+    stolen,
+)
 from _largest_policy import largest_policy, policy_sizes
 from _scenario import (
     LOGS,
@@ -362,6 +370,21 @@ def lateness(tenant: Any, start: float, end: float) -> dict[str, Any]:
     }
 
 
+def wake_lateness(probe: Path, start: float, end: float) -> dict[str, Any]:
+    """The wake probe's lateness (``_wake_probe.py``) in [start, end) (epoch seconds)."""
+    late = []
+    for line in probe.read_text().splitlines():
+        planned, ms = (float(value) for value in line.split())
+        if start <= planned < end:
+            late.append(ms)
+    return {
+        "wakes": len(late),
+        "p50_ms": round(percentile(late, 0.50), 1) if late else None,
+        "p99_ms": round(percentile(late, 0.99), 1) if late else None,
+        "max_ms": round(max(late), 1) if late else None,
+    }
+
+
 def started_runs(tenant: Any, start: float, end: float) -> dict[str, Any]:
     from django.db.models import Count
 
@@ -480,6 +503,8 @@ def scenario(args: dict[str, Any]) -> dict[str, Any]:
     redis.Redis.from_url(broker).flushdb()  # rate counts of an earlier run's keys
     from django.conf import settings
 
+    from endpoints.cpus import cpu_list
+
     result: dict[str, Any] = {"engine": args["engine"], "load_before": load()}
     with Processes(env) as procs:
         world = start_world(args, procs)
@@ -516,7 +541,13 @@ def scenario(args: dict[str, Any]) -> dict[str, Any]:
             "noisy-hostile", [sys.executable, __file__, "hostile", json.dumps(plan), str(out)]
         )
         windows = {"idle": idle, "hostile": hostile}
-        cpu, by_part = {}, {}
+        # The machine's own share: a sleeper on the scheduler's cores, and their steal.
+        woken = LOGS / "noisy-wake-probe.txt"
+        probe = [sys.executable, str(ROOT / "bench" / "_wake_probe.py"), str(woken)]
+        probe += ["--cpus", args["scheduler_cpus"], "--seconds", f"{hostile[1] - time.time():.0f}"]
+        procs.start("noisy-wake-probe", probe)
+        scheduler_cpus = cpu_list(args["scheduler_cpus"], "-") if args["scheduler_cpus"] else None
+        cpu, by_part, steal = {}, {}, {}
         # Where the CPU goes (its cores per part): this bench's PostgreSQL backends by their
         # database's name (first: the name holds the engine's), the rest by command line.
         parts = [("postgres", f" {url.rsplit('/', 1)[1]} "),
@@ -530,9 +561,10 @@ def scenario(args: dict[str, Any]) -> dict[str, Any]:
             ).start()
         for name, (start, end) in windows.items():
             time.sleep(max(0.0, start - time.time()))
-            before, processes = machine_busy(), cpu_by_process(parts)
+            before, processes, stole = machine_busy(), cpu_by_process(parts), stolen(scheduler_cpus)
             time.sleep(max(0.0, end - time.time()))
             cpu[name] = cores_busy(before, machine_busy())
+            steal[name] = steal_percent(stole, stolen(scheduler_cpus))
             by_part[name] = cores_by_part(processes, cpu_by_process(parts), end - start)
             result[f"load_{name}"] = load()
         for loop in b_loops.values():
@@ -547,6 +579,8 @@ def scenario(args: dict[str, Any]) -> dict[str, Any]:
                 "a_runs_started": started_runs(world["a"], start, end),
                 "cores_busy": cpu[name],
                 "cores_by_part": by_part[name],
+                "wake_probe": wake_lateness(woken, start, end),
+                "scheduler_steal_percent": steal[name],
             }
             for name, (start, end) in windows.items()
         }
@@ -593,15 +627,19 @@ def report(result: dict[str, Any]) -> None:
         rows.append([
             f"{label} A {name}", f"{late['slots']}/{round(result['b_endpoints'] * w['seconds'])}",
             late["p50_ms"], late["p99_ms"], late["max_ms"], rest["p50_ms"], rest["p99_ms"],
-            mcp["p50_ms"], mcp["p99_ms"], sum(w["a_runs_started"].values()), w["cores_busy"],
+            mcp["p50_ms"], mcp["p99_ms"], w["wake_probe"]["p99_ms"],
+            sum(w["a_runs_started"].values()), w["cores_busy"], w["scheduler_steal_percent"],
         ])  # fmt: skip
     idle, hostile = rows
-    ratios = [ratio(h, i) for h, i in zip(hostile[2:9], idle[2:9], strict=True)]
-    rows.append([f"{label} hostile/idle", "", *ratios, "", ""])
+    ratios = [ratio(h, i) for h, i in zip(hostile[2:10], idle[2:10], strict=True)]
+    rows.append([f"{label} hostile/idle", "", *ratios, "", "", ""])
     print_table([
         "B beside A", "B slots", "late p50 ms", "late p99 ms", "late max ms", "/jobs p50 ms",
-        "/jobs p99 ms", "MCP p50 ms", "MCP p99 ms", "A runs", "cores busy",
+        "/jobs p99 ms", "MCP p50 ms", "MCP p99 ms", "wake p99 ms", "A runs", "cores busy",
+        "steal %",
     ], rows)  # fmt: skip
+    print("  wake p99: a sleeper on the scheduler's cores woken every 50 ms (_wake_probe.py),")
+    print("  the machine's own lateness there; steal %: the hypervisor's share of those cores")
     print_table(
         ["A's clients", "clients", "requests", "p50 ms", "p99 ms", "outcomes"],
         [
@@ -620,19 +658,20 @@ def report(result: dict[str, Any]) -> None:
 def summary(results: list[dict[str, Any]]) -> None:
     """B's p99 start lateness round by round, and the median of the rounds' ratios: one
     p99 of a few hundred slots moves by 2x between runs of the same code on this machine
-    (its hypervisor's steal, the kernel's work), so a goal is judged on the median."""
+    (its hypervisor's steal, the kernel's work), so a goal is judged on the median; the
+    wake probe's beside it, the same windows' lateness of the machine itself."""
     rows = []
     for engine in dict.fromkeys(result["engine"] for result in results):
-        p99s = [
-            (r["windows"]["idle"]["b_lateness"]["p99_ms"],
-             r["windows"]["hostile"]["b_lateness"]["p99_ms"])
-            for r in results if r["engine"] == engine
-        ]  # fmt: skip
-        ratios = [h / i for i, h in p99s if i and h is not None]
-        median = f"{statistics.median(ratios):.1f}x" if ratios else "-"
-        by_round = " ".join(f"{i}→{h}" for i, h in p99s)
-        rows.append([f"{engine}-pg", by_round, " ".join(ratio(h, i) for i, h in p99s), median])
-    print_table(["B's late p99 ms", "idle → hostile, by round", "ratios", "median"], rows)
+        mine = [r["windows"] for r in results if r["engine"] == engine]
+        for what, key in (("B's late p99 ms", "b_lateness"), ("wake p99 ms", "wake_probe")):
+            p99s = [(w["idle"][key]["p99_ms"], w["hostile"][key]["p99_ms"]) for w in mine]
+            ratios = [h / i for i, h in p99s if i and h is not None]
+            rows.append([
+                f"{engine}-pg {what}", " ".join(f"{i}→{h}" for i, h in p99s),
+                " ".join(ratio(h, i) for i, h in p99s),
+                f"{statistics.median(ratios):.1f}x" if ratios else "-",
+            ])  # fmt: skip
+    print_table(["p99 by round", "idle → hostile", "ratios", "median"], rows)
 
 
 def main() -> None:
