@@ -48,6 +48,7 @@ import uuid
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from concurrent.futures import wait as wait_for_futures
+from datetime import datetime
 from typing import Any
 
 from django.conf import settings
@@ -119,9 +120,9 @@ def start_due_claims(claims: list[Claim]) -> list[Started | Held | Full | None]:
     return start_claims(claims, ahead=True)
 
 
-def record(outcomes: list[Outcome]) -> None:
+def record(outcomes: list[Outcome]) -> datetime | None:
     close_old_connections()  # the writer's connection may have gone stale between batches
-    record_outcomes(outcomes)
+    return record_outcomes(outcomes)
 
 
 def renew(claims: list[Claim], runs: list[int]) -> set[int]:
@@ -137,12 +138,15 @@ class ClaimDispatcher:
         start: Start = start_due_claims,
         record: Callable[[list[Outcome]], Any] = record,
         renew: Renew = renew,
+        on_planned: Callable[[datetime], None] | None = None,
     ) -> None:
         executor.prepare()
         self._max_in_flight = max_in_flight
         self._start_claims = start
         self._record = record
         self._renew = renew
+        # Told the earliest next run each written batch planned (``record``'s answer).
+        self._on_planned = on_planned
         self._condition = threading.Condition()
         self._heap: list[tuple[float, int, Claim, Future[Any]]] = []
         self._order = itertools.count()
@@ -485,7 +489,9 @@ class ClaimDispatcher:
         wait = 0.1
         while True:
             try:
-                self._record(outcomes)
+                planned = self._record(outcomes)
+                if self._on_planned is not None and isinstance(planned, datetime):
+                    self._on_planned(planned)
                 break
             except UNAVAILABLE as exc:
                 if time.monotonic() + wait > gives_up:

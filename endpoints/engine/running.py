@@ -358,8 +358,10 @@ def _insert_runs_of_slots(
     }
 
 
-def record_outcomes(outcomes: Sequence[Outcome]) -> None:
-    """Finish the Runs and reschedule their endpoints, all in one transaction.
+def record_outcomes(outcomes: Sequence[Outcome]) -> datetime | None:
+    """Finish the Runs and reschedule their endpoints, all in one transaction; return the
+    earliest next run planned (None if none), which a tick in the same process may have to
+    claim before its next turn (``embedded.EmbeddedScheduler``).
 
     A run's finish and its reschedule are never written apart: the release of expired
     leases (``claiming``) lets a slot go once its run is no longer ``running``, so a finish
@@ -401,15 +403,19 @@ def record_outcomes(outcomes: Sequence[Outcome]) -> None:
     except DatabaseError:
         for outcome in outcomes:
             _record_alone(outcome)
-        return
+        return None
     for outcome, updated in zip(outcomes, finished, strict=True):
         _log_finish(outcome, updated)
+    planned = []
     for (outcome, values), ok in zip(reschedules, won, strict=True):
         if ok:
             after_reschedule(outcome, values)
+            planned.append(values["next_run_at"])
     for outcome, values in written:
         if values:
             after_reschedule(outcome, values)
+            planned.append(values.get("next_run_at"))
+    return min((at for at in planned if at is not None), default=None)
 
 
 def _replan_in_transaction(lost: Sequence[Outcome]) -> list[tuple[Outcome, Exception]]:
