@@ -10,8 +10,6 @@ test_admin_browser.py: Playwright's sync API runs an event loop in this thread).
 
 from __future__ import annotations
 
-import shutil
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -24,8 +22,6 @@ from tests.console.browser import PASSWORD, SCREENSHOTS, chromium_page, sign_in
 
 pytestmark = pytest.mark.browser
 
-# Where the lead looks at the screenshots of the policy form (outside the checkout).
-SHARED_SCREENS = Path("/work/wt/screens")
 BUSINESS_HOURS = {"start": "09:00", "end": "17:00", "days": ["mon", "tue", "wed", "thu", "fri"]}
 
 
@@ -46,11 +42,8 @@ def endpoint(transactional_db: None) -> Endpoint:
 
 
 def shot(locator: Locator, name: str) -> None:
-    """The part of the page that matters, into tests/screenshots/ and the shared folder."""
-    path = SCREENSHOTS / f"{name}.png"
-    locator.screenshot(path=str(path))
-    SHARED_SCREENS.mkdir(exist_ok=True)
-    shutil.copy(path, SHARED_SCREENS / path.name)
+    """The part of the page that matters, into tests/screenshots/ to be looked at."""
+    locator.screenshot(path=str(SCREENSHOTS / f"{name}.png"))
 
 
 def key(page: Page, name: str) -> Locator:
