@@ -174,18 +174,19 @@ class EmbeddedScheduler:
         next_at = time.monotonic()
         try:
             while not stop.is_set():
-                # Cleared before the claim: a plan recorded after the claim's read wakes
-                # the next pass, one recorded before is in this one.
+                now = time.monotonic()
+                if now >= next_at:  # this pass is a turn at the fixed rate
+                    next_at = max(next_at + every, now)
+                # Set before the pass: a run planned during it, due before the next turn,
+                # wakes the loop again. Cleared before the claim: a plan recorded (and
+                # told) before the claim's read is claimed by this pass.
+                self._next_tick = time.time() + (next_at - now)
                 self._tick_soon.clear()
                 try:
                     self.tick_once()
                 except Exception:
                     logger.exception("tick loop failed; retrying at its next turn")
-                now = time.monotonic()
-                if now >= next_at:  # this pass was a turn at the fixed rate
-                    next_at = max(next_at + every, now)
-                self._next_tick = time.time() + (next_at - now)
-                early = now + EARLY_TICK_GAP
+                early = time.monotonic() + EARLY_TICK_GAP
                 while not stop.is_set() and (left := next_at - time.monotonic()) > 0:
                     if self._tick_soon.wait(min(left, STOP_POLL)):
                         stop.wait(max(0.0, min(early, next_at) - time.monotonic()))
