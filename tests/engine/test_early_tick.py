@@ -10,6 +10,7 @@ after, late by up to the write's latency with 1 s ticks (issue 32 found such slo
 from __future__ import annotations
 
 import threading
+from itertools import pairwise
 
 from django.utils import timezone
 
@@ -40,5 +41,5 @@ def test_an_endpoint_every_second_runs_on_time_between_ticks_five_seconds_apart(
     runs = list(Run.objects.filter(endpoint=endpoint).order_by("scheduled_for")[:4])
     late = [(run.started_at - run.scheduled_for).total_seconds() for run in runs]
     assert len(runs) == 4 and max(late) < 1.0, late
-    gaps = [(b.scheduled_for - a.scheduled_for).total_seconds() for a, b in zip(runs, runs[1:])]
+    gaps = [(b.scheduled_for - a.scheduled_for).total_seconds() for a, b in pairwise(runs)]
     assert all(0.9 < gap < 1.5 for gap in gaps), gaps
