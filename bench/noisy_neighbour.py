@@ -373,7 +373,8 @@ def lateness(tenant: Any, start: float, end: float) -> dict[str, Any]:
 def wake_lateness(probe: Path, start: float, end: float) -> dict[str, Any]:
     """The wake probe's lateness (``_wake_probe.py``) in [start, end) (epoch seconds)."""
     late = []
-    for line in probe.read_text().splitlines():
+    lines = probe.read_text().splitlines() if probe.exists() else []  # its log says why
+    for line in lines:
         planned, ms = (float(value) for value in line.split())
         if start <= planned < end:
             late.append(ms)
