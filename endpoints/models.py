@@ -14,6 +14,7 @@ from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.db import models
 from django.db.models import F, Q, Value
+from django.db.models.functions import MD5, Cast
 from django.utils.timezone import now as current_time
 
 from endpoints import validation
@@ -52,6 +53,19 @@ def policy_context(obj: Any) -> dict[str, Any]:
     if obj.pk is not None and isinstance(policy, dict) and policy.get("run_once_at"):
         saved = type(obj)._default_manager.filter(pk=obj.pk).values_list("run_policy").first()
     return {"stored": saved[0] if saved else None, "now": current_time()}
+
+
+def policy_digest() -> models.GeneratedField:
+    """A run policy's version, kept by the database (a stored generated column, so every
+    write of the policy, raw SQL included, changes it): the engine reads it with each
+    claimed endpoint and reads and parses the policy itself only when its process has
+    not met that version yet (``endpoints.engine.sql``). A digest of the content, not a
+    counter: a version can never name two contents, even where ids are reused."""
+    return models.GeneratedField(
+        expression=MD5(Cast("run_policy", models.TextField())),
+        output_field=models.CharField(max_length=32),
+        db_persist=True,
+    )
 
 
 class Tenant(models.Model):
@@ -146,6 +160,7 @@ class Job(models.Model):
         help_text="Defaults of this job's endpoints: success criteria, retries, backoff cap, "
         "breaker, catch-up window, jitter (see endpoints.policies).",
     )
+    run_policy_digest = policy_digest()
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 
@@ -292,6 +307,7 @@ class Endpoint(models.Model):
     run_policy = models.JSONField(
         default=dict, db_default=Value({}, models.JSONField()), blank=True
     )
+    run_policy_digest = policy_digest()
     # A retry within the slot is planned (run policy): the attempt it will be (0: none)
     # and the slot's first run, which every attempt links to. Written by the engine only.
     retry_attempt = models.PositiveSmallIntegerField(default=0, db_default=0, editable=False)

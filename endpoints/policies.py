@@ -487,6 +487,11 @@ def stored_policy(
     return policy_of_version(version, lambda: (job_policy, endpoint_policy))
 
 
+def resolved_policy(version: str) -> RunPolicy | None:
+    """The policy of ``version`` if this process has resolved it, else None."""
+    return _RESOLVED.get(version)
+
+
 def policy_of_version(version: str, stored: Callable[[], tuple[Any, Any]]) -> RunPolicy:
     """The policy of ``version``, resolved from ``stored()`` (the job's and the
     endpoint's objects) the first time this process meets that version."""

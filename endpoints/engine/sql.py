@@ -11,13 +11,14 @@ serves PostgreSQL and SQLite. Everything else stays on the ORM.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, fields
 from datetime import UTC, datetime
-from functools import cache
+from functools import cache, partial
 from typing import Any, NamedTuple
 
 import psycopg
@@ -28,7 +29,7 @@ from django.utils.dateparse import parse_datetime
 from endpoints.governor import HINT_FIELDS, REPLAN_FIELDS
 from endpoints.models import SLOT_FIELDS, Endpoint, Flip, Run, RunStatus, Slot
 from endpoints.policies import DEFAULT as DEFAULT_POLICY
-from endpoints.policies import RunPolicy, policy_of_version
+from endpoints.policies import RunPolicy, policy_of_version, resolved_policy
 
 # Fields a person may change while a run is in flight; the reschedule only wins if they
 # are still as read (see ``endpoints.engine.outcomes.reschedule``), and so must the run
@@ -78,24 +79,14 @@ class ClaimedEndpoint:
     # The tenant's host rate limits as the database's JSON text: "{}" (none) is never
     # decoded (engine.host_limits).
     host_rate_limits_json: str
-    # Run policy (endpoints.policies), the endpoint's and its job's, as the database's JSON
-    # text: decoded only when their version is not resolved yet in this process.
-    run_policy_json: str
-    job_run_policy_json: str
     retry_attempt: int
     retry_of_run: int | None
-    policy_version: str  # of the two policies together, as the database has them
+    # The version of the endpoint's and its job's run policy together, as the database
+    # keeps it (``Endpoint.run_policy_digest``); the policies' text is read only for a
+    # version this process has not resolved yet (``load_endpoints``).
+    policy_version: str
     # The two policies as one typed value, resolved once per version.
-    policy: RunPolicy = field(init=False)
-
-    def __post_init__(self) -> None:
-        if self.run_policy_json == self.job_run_policy_json == "{}":  # the common case
-            self.policy = DEFAULT_POLICY
-        else:
-            self.policy = policy_of_version(
-                self.policy_version,
-                lambda: (json.loads(self.job_run_policy_json), json.loads(self.run_policy_json)),
-            )
+    policy: RunPolicy = DEFAULT_POLICY
 
     def is_paused(self, now: datetime) -> bool:
         return self.paused_until is not None and self.paused_until > now
@@ -113,20 +104,21 @@ _JOINED = {
     "tenant_min_interval_ms": "t.min_interval_ms",
     "tenant_id": "t.id",
     "host_rate_limits_json": "CAST(t.host_rate_limits AS text)",
-    "run_policy_json": "CAST(e.run_policy AS text)",
-    "job_run_policy_json": "CAST(j.run_policy AS text)",
 }
-# The version of an endpoint's run policy and its job's, computed by the database alike
-# where the endpoint is read and where its reschedule checks it is unchanged: a digest of
-# the two as stored (MD5 here is no security measure; SQLite has it through Django). Each
-# run passes 32 characters instead of the policies themselves, which for the largest
-# policy were most of the engine's CPU per run (bench/throughput.py --policy largest).
+# The version of an endpoint's run policy and its job's where the endpoint is read and
+# where its reschedule checks it is unchanged: the two digests the database keeps
+# (``endpoints.models.policy_digest``), so a run passes 64 characters and the database
+# reads two short columns, instead of the policies themselves (for the largest policy
+# most of the engine's CPU per run, bench/throughput.py --policy largest) or a digest
+# computed over them on every read (most of a batch's read, bench/README.md issue 32).
 POLICY_VERSION = (
-    "md5(CAST({e}.run_policy AS text) || '/' || CAST("
-    "(SELECT j.run_policy FROM endpoints_job AS j WHERE j.id = {e}.job_id) AS text))"
+    "({e}.run_policy_digest || "
+    "(SELECT j.run_policy_digest FROM endpoints_job AS j WHERE j.id = {e}.job_id))"
 )
-_JOINED["policy_version"] = POLICY_VERSION.format(e="e")
-_COLUMNS = [f.name for f in fields(ClaimedEndpoint) if f.init]
+_JOINED["policy_version"] = "e.run_policy_digest || j.run_policy_digest"
+# Both policies empty (``{}``), the common case: the defaults, never read nor parsed.
+_EMPTY_VERSION = 2 * hashlib.md5(b"{}", usedforsecurity=False).hexdigest()
+_COLUMNS = [f.name for f in fields(ClaimedEndpoint) if f.name != "policy"]
 # Built from our own column names; values are always parameters.
 _SELECT = (
     "SELECT "  # noqa: S608
@@ -147,18 +139,52 @@ def load_endpoint(endpoint_id: int) -> ClaimedEndpoint | None:
 
 
 def load_endpoints(endpoint_ids: Sequence[int]) -> dict[int, ClaimedEndpoint]:
-    """The endpoints that still exist, by id, in one query."""
+    """The endpoints that still exist, by id, in one query, with their run policies: a
+    second query reads the policies' text only of versions this process has not
+    resolved yet, and its own versions with them (a policy edited between the two
+    queries is then run, and checked at the reschedule, as that version)."""
     rows = fetch(_SELECT + _placeholders(len(endpoint_ids)), list(endpoint_ids))
-    loaded = (
-        ClaimedEndpoint(
-            **{
-                name: _from_db(Slot if name in SLOT_FIELDS else Endpoint, name, value)
-                for name, value in zip(_COLUMNS, row, strict=True)
-            }
+    loaded = {
+        endpoint.pk: endpoint
+        for endpoint in (
+            ClaimedEndpoint(
+                **{
+                    name: _from_db(Slot if name in SLOT_FIELDS else Endpoint, name, value)
+                    for name, value in zip(_COLUMNS, row, strict=True)
+                }
+            )
+            for row in rows
         )
-        for row in rows
-    )
-    return {endpoint.pk: endpoint for endpoint in loaded}
+    }
+    unknown = []
+    for endpoint in loaded.values():
+        if endpoint.policy_version == _EMPTY_VERSION:
+            continue
+        policy = resolved_policy(endpoint.policy_version)
+        if policy is None:
+            unknown.append(endpoint.pk)
+        else:
+            endpoint.policy = policy
+    if unknown:
+        for pk, version, job_policy, own_policy in fetch(
+            _POLICIES + _placeholders(len(unknown)), unknown
+        ):
+            loaded[pk].policy_version = version
+            loaded[pk].policy = policy_of_version(
+                version, partial(_decoded, job_policy, own_policy)
+            )
+    return loaded
+
+
+def _decoded(*texts: str) -> tuple[Any, ...]:
+    return tuple(json.loads(text) for text in texts)
+
+
+_POLICIES = (
+    "SELECT e.id, e.run_policy_digest || j.run_policy_digest,"
+    " CAST(j.run_policy AS text), CAST(e.run_policy AS text)"
+    " FROM endpoints_endpoint AS e JOIN endpoints_job AS j ON j.id = e.job_id WHERE e.id IN "
+)
 
 
 def insert_run(values: Mapping[str, Any]) -> int:

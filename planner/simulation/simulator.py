@@ -45,7 +45,7 @@ from endpoints.governor import (
 )
 from endpoints.models import Run, RunTrigger
 from endpoints.operations import held_schedule
-from endpoints.policies import policy_problems
+from endpoints.policies import policy_problems, stored_policy
 from planner.backends import rules
 from planner.simulation.scenarios import Answer, Scenario, ScenarioError
 from planner.tools import ACTION_TOOLS, parse_arguments
@@ -155,7 +155,7 @@ def sim_endpoint(config: Any, *, pk: int = 1) -> SimEndpoint:
     policy = dict(config.get("run_policy") or {})
     if problems := policy_problems(policy):
         raise ScenarioError(f"run_policy: {'; '.join(problems)}")
-    policy_json = json.dumps(policy, sort_keys=True)
+    version = "sim-" + hashlib.sha256(json.dumps(policy, sort_keys=True).encode()).hexdigest()[:16]
     return SimEndpoint(
         pk=pk,
         url=TARGET_URL,
@@ -185,11 +185,10 @@ def sim_endpoint(config: Any, *, pk: int = 1) -> SimEndpoint:
         tenant_min_interval_ms=int(config.get("tenant_min_interval_ms", TENANT_MIN_INTERVAL_MS)),
         tenant_id=0,
         host_rate_limits_json="{}",  # the simulated target is never rate limited
-        run_policy_json=policy_json,
-        job_run_policy_json="{}",
         retry_attempt=0,
         retry_of_run=None,
-        policy_version="sim-" + hashlib.sha256(policy_json.encode()).hexdigest()[:16],
+        policy_version=version,
+        policy=stored_policy({}, policy, version=version),
     )
 
 

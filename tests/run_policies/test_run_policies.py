@@ -10,11 +10,13 @@ from django.core.exceptions import ValidationError
 from django.utils import timezone
 
 from endpoints import operations, policies
+from endpoints.engine import sql
 from endpoints.governor import explain_plan
 from endpoints.models import (
     Endpoint,
     HintHistory,
     HintKind,
+    Job,
     Run,
     RunStatus,
     RunTrigger,
@@ -258,3 +260,35 @@ def test_a_policy_is_resolved_once_for_a_batch_of_runs_not_once_per_use(
     calls.clear()
     assert [Endpoint.objects.get(pk=e.pk).policy.retry_attempts for e in endpoints] == [3] * 5
     assert len(calls) == 1
+
+
+def test_the_engine_reads_a_policy_only_for_a_version_its_process_has_not_met(
+    job, make_endpoint, monkeypatch
+):
+    """The database keeps each run policy's version (a digest that every write changes,
+    an ORM ``update`` or raw SQL as much as a save): reading claimed endpoints reads the
+    policies' text only for a version this process has not resolved, so the batch of an
+    endpoint with the largest policy reads two digests, not the policies (issue 32)."""
+    statements: list[str] = []
+    fetch = sql.fetch
+    monkeypatch.setattr(
+        sql, "fetch", lambda text, *a, **k: statements.append(text) or fetch(text, *a, **k)
+    )
+    policies._RESOLVED.clear()
+    policy_job(job, retry_attempts=2)
+    endpoint = make_endpoint(run_policy={"max_duration_ms": 5000}, baseline_interval_ms=DAY_MS)
+
+    def loaded() -> policies.RunPolicy:
+        statements.clear()
+        return sql.load_endpoints([endpoint.pk])[endpoint.pk].policy
+
+    assert (loaded().retry_attempts, loaded().max_duration_ms) == (2, 5000)
+    assert len(statements) == 1 and "run_policy AS text" not in statements[0]
+
+    Job.objects.filter(pk=job.pk).update(run_policy={"retry_attempts": 4})
+    assert loaded().retry_attempts == 4
+    assert len(statements) == 2 and "CAST(j.run_policy AS text)" in statements[1]
+    assert loaded().retry_attempts == 4 and len(statements) == 1
+
+    Endpoint.objects.filter(pk=endpoint.pk).update(run_policy={})
+    assert loaded() == policies.resolve_policy({"retry_attempts": 4}, {})
