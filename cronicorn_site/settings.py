@@ -278,6 +278,9 @@ CRONICORN_MAINTENANCE_SECONDS = env_int("CRONICORN_MAINTENANCE_SECONDS", 30, min
 CRONICORN_RUN_RETENTION_DAYS = env_int("CRONICORN_RUN_RETENTION_DAYS", 30, minimum=1)
 CRONICORN_RUN_RETENTION_KEEP = env_int("CRONICORN_RUN_RETENTION_KEEP", 100, minimum=1)
 CRONICORN_MAX_IN_FLIGHT = env_int("CRONICORN_MAX_IN_FLIGHT", 200, minimum=1)
+# Event loops a scheduler process sends its requests on, each tenant's on one of them
+# (endpoints/engine/executor.py): one tenant's burst does not delay another's sends.
+CRONICORN_HTTP_LANES = env_int("CRONICORN_HTTP_LANES", 4, minimum=1)
 CRONICORN_SHUTDOWN_TIMEOUT_SECONDS = env_int("CRONICORN_SHUTDOWN_TIMEOUT_SECONDS", 30, minimum=0)
 # Requests per second to any one target host per tenant, for hosts the tenant's own
 # host_rate_limits does not name (endpoints/engine/host_limits.py); 0, the default: none.

@@ -384,7 +384,8 @@ def test_endpoint(endpoint: Endpoint, *, now: datetime | None = None) -> Run:
     tenant = endpoint.job.tenant
     result, _kind = judged(
         perform_request(
-            request_for(endpoint, tenant.hmac_secret, tenant.previous_secret(timezone.now()), run)
+            request_for(endpoint, tenant.hmac_secret, tenant.previous_secret(timezone.now()), run),
+            lane=tenant.pk,
         ),
         endpoint.policy,
     )

@@ -374,7 +374,10 @@ class BackfillRunner:
             # record would be swept as lost meanwhile.
             deadline = each.at + timedelta(seconds=settings.CRONICORN_LEASE_SECONDS / 3)
             future = executor.submit_request(
-                request, at=each.at.timestamp(), deadline=deadline.timestamp()
+                request,
+                at=each.at.timestamp(),
+                deadline=deadline.timestamp(),
+                lane=endpoint.tenant_id,
             )
             with self._lock:
                 self._in_flight.add(future)

@@ -28,13 +28,19 @@ per slot. Receivers verify HMAC-signed requests by computing
 `timestamp + "." + scheduled_for + "." + run_id + "." + attempt + "." + trigger + "." +
 raw_body` (README, "Slot identity").
 
-Requests run on one asyncio event loop per process, on its own thread, with aiohttp:
-an HTTP request costs a fraction of the CPU it cost on a pool of threads
-(bench/http_client_cost.py). `perform_request` blocks its caller until the result;
-`submit_request` returns a future at once, so a caller can start many. Connections are
-pooled (keep-alive) in one aiohttp session per distinct `NetworkPolicy` (in practice
-one per process, built from settings): a connection opened under a lax policy must
-never serve a request made under a strict one. Sessions keep no cookies. httpx provides
+Requests run on asyncio event loops, each on its own thread, with aiohttp: an HTTP
+request costs a fraction of the CPU it cost on a pool of threads
+(bench/http_client_cost.py). A process has CRONICORN_HTTP_LANES loops ("lanes") and
+a tenant's requests all go to one of them (``lane``: the tenant's id), so one tenant's
+burst (fifty endpoints in phase, sent or answered together) is a batch of callbacks on
+its lane that another tenant's request on another lane does not wait behind: that
+thread is given the interpreter within its switch interval (5 ms), where behind the
+batch on one loop it waited 7-22 ms (bench/README.md, issue 32). `perform_request`
+blocks its caller until the result; `submit_request` returns a future at once, so a
+caller can start many. Connections are pooled (keep-alive) in one aiohttp session per
+lane and distinct `NetworkPolicy` (in practice one policy per process, built from
+settings): a connection opened under a lax policy must never serve a request made under
+a strict one. Sessions keep no cookies. httpx provides
 URL parsing and joining and the certificate store. Everything here is thread-safe.
 """
 
@@ -67,6 +73,7 @@ import aiohttp.abc
 import httpx
 import yarl
 from aiohttp.helpers import is_ip_address
+from django.conf import settings
 
 from endpoints.engine.bodies import decode_body
 from endpoints.engine.guard import (
@@ -228,13 +235,14 @@ class _GuardedConnector(aiohttp.TCPConnector):
 
 
 class _Client:
-    """The process's HTTP event loop, on its own daemon thread, and one aiohttp session
-    per policy on it (sessions are only touched from the loop's thread)."""
+    """One of the process's HTTP event loops (a lane), on its own daemon thread, and one
+    aiohttp session per policy on it (sessions are only touched from the loop's thread)."""
 
-    def __init__(self) -> None:
+    def __init__(self, lane: int) -> None:
         self.loop = asyncio.new_event_loop()
         self.sessions: dict[NetworkPolicy, aiohttp.ClientSession] = {}
-        threading.Thread(target=self.loop.run_forever, name="cronicorn-http", daemon=True).start()
+        name = f"cronicorn-http-{lane}"
+        threading.Thread(target=self.loop.run_forever, name=name, daemon=True).start()
 
     def session(self, policy: NetworkPolicy) -> aiohttp.ClientSession:
         session = self.sessions.get(policy)
@@ -270,17 +278,16 @@ class _Client:
 
 
 _client_lock = threading.Lock()
-_client: _Client | None = None
+_clients: dict[int, _Client] = {}  # by lane, each started at its first request
 
 
-def _shared_client() -> _Client:
-    global _client
-    client = _client
+def _shared_client(lane: int) -> _Client:
+    """The event loop of ``lane`` (any integer: a tenant's id)."""
+    lane %= settings.CRONICORN_HTTP_LANES
+    client = _clients.get(lane)
     if client is None:
         with _client_lock:
-            if _client is None:
-                _client = _Client()
-            client = _client
+            client = _clients.get(lane) or _clients.setdefault(lane, _Client(lane))
     return client
 
 
@@ -303,16 +310,16 @@ def prepare() -> None:
 
 def _forget_client_after_fork() -> None:
     # A forked child has no loop thread and must not share its parent's sockets or locks.
-    global _client, _client_lock, _dns_lock, _dns_executor
-    _client = None
+    global _client_lock, _dns_lock, _dns_executor
+    _clients.clear()
     _client_lock = threading.Lock()
     _dns_lock = threading.Lock()
     _dns_executor = None
 
 
 def _close_client_at_exit() -> None:
-    if _client is not None:
-        _client.close()
+    for client in list(_clients.values()):
+        client.close()
 
 
 os.register_at_fork(after_in_child=_forget_client_after_fork)
@@ -343,12 +350,14 @@ class _Progress:
 _progress: contextvars.ContextVar[_Progress] = contextvars.ContextVar("cronicorn_progress")
 
 
-def perform_request(request: HttpRequest, *, policy: NetworkPolicy | None = None) -> HttpResult:
+def perform_request(
+    request: HttpRequest, *, policy: NetworkPolicy | None = None, lane: int = 0
+) -> HttpResult:
     """Call the endpoint described by `request`; never raises for network problems.
 
-    Blocks the calling thread; the request itself runs on the process's HTTP event loop.
+    Blocks the calling thread; the request itself runs on the event loop of ``lane``.
     """
-    future = submit_request(request, policy=policy)
+    future = submit_request(request, policy=policy, lane=lane)
     try:
         return future.result(timeout=request.timeout_ms / 1000 + LOOP_GRACE_SECONDS)
     except concurrent.futures.TimeoutError:
@@ -367,14 +376,16 @@ def submit_request(
     policy: NetworkPolicy | None = None,
     at: float | None = None,
     deadline: float | None = None,
+    lane: int = 0,
 ) -> concurrent.futures.Future[HttpResult]:
-    """Start the request on the process's HTTP event loop and return at once; the future
+    """Start the request on the event loop of ``lane`` (the tenant's id: one tenant's
+    requests share a loop) and return at once; the future
     resolves with its `HttpResult` (never with a network exception). With ``at`` (epoch
     seconds) the request starts then, never before, timed by the loop itself (the
     dispatcher records a run a little ahead of its slot); past ``deadline`` it is not sent
     at all and the future raises `NotSent`. Log lines of the request carry the caller's
     log context."""
-    client = _shared_client()
+    client = _shared_client(lane)
     future: concurrent.futures.Future[HttpResult] = concurrent.futures.Future()
     policy = policy or NetworkPolicy.from_settings()
     # Runs in a copy of the caller's context (its log context).

@@ -104,7 +104,7 @@ class Started:
     unpaced: datetime | None = None
 
     def call(self, *, policy: NetworkPolicy | None = None) -> Future[HttpResult]:
-        """Start the request on the HTTP event loop at ``started`` (at once if that has
+        """Start the request on its tenant's HTTP event loop at ``started`` (at once if that has
         passed); the future resolves with its result."""
         if (skipped := self._given_up() or self._skipped()) is not None:
             done: Future[HttpResult] = Future()
@@ -123,13 +123,14 @@ class Started:
                 policy=policy,
                 at=self.started.timestamp(),
                 deadline=deadline.timestamp(),
+                lane=self.endpoint.tenant_id,
             )
 
     def call_and_wait(self, *, policy: NetworkPolicy | None = None) -> HttpResult:
         if (skipped := self._given_up() or self._skipped()) is not None:
             return skipped
         with self._log_context():
-            return perform_request(self._request(), policy=policy)
+            return perform_request(self._request(), policy=policy, lane=self.endpoint.tenant_id)
 
     def outcome(self, result: HttpResult) -> Outcome:
         """The outcome, judged by the run policy's success criteria (``judged``)."""
