@@ -41,8 +41,8 @@ WARM_UP = 10
 
 
 def scenarios() -> dict[str, dict[str, Any]]:
+    from _largest_policy import worst_windows
     from api_requests import WORST_WINDOWS
-    from noisy_neighbour import worst_windows
 
     from endpoints.windows import DAYS, MAX_WINDOWS
 
