@@ -287,7 +287,9 @@ def _shared_client(lane: int) -> _Client:
     client = _clients.get(lane)
     if client is None:
         with _client_lock:
-            client = _clients.get(lane) or _clients.setdefault(lane, _Client(lane))
+            client = _clients.get(lane)
+            if client is None:
+                client = _clients[lane] = _Client(lane)
     return client
 
 
